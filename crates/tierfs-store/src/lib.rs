@@ -1,1 +1,109 @@
+//! The backing-store seam: everything tierfs knows about the slow store goes through [`Store`].
+//!
+//! A store hands out opaque *nodes* (references to backing objects that stay valid across
+//! renames, like an NFS file handle) and *handles* (open files). It knows nothing about caching
+//! or FUSE. [`PosixStore`] serves any mounted directory; [`FaultStore`] wraps any store and
+//! injects latency, EIO, ENOSPC and hangs for tests.
 
+mod attr;
+mod errno;
+mod fault;
+mod posix;
+
+pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
+pub use errno::{Errno, Result};
+pub use fault::{FaultConfig, FaultStore, OpClass};
+pub use posix::{PosixHandle, PosixNode, PosixStore};
+
+use std::ffi::{OsStr, OsString};
+
+/// Owner to give a newly created object: `(uid, gid)`; `None` keeps the store's default.
+pub type Owner = Option<(u32, u32)>;
+
+/// The slow store. All calls may block for a long time (NFS, HDD seeks); callers run them on
+/// worker threads, never on a latency-critical path.
+pub trait Store: Send + Sync + 'static {
+    /// Reference to a backing object. Cheap to clone; valid while held, across renames.
+    type Node: Clone + Send + Sync + 'static;
+    /// An open file of the backing store.
+    type Handle: Send + Sync + 'static;
+
+    /// A stable, human-readable identity of this store (used to name and stamp caches).
+    fn store_id(&self) -> &str;
+    /// The root directory of the store.
+    fn root(&self) -> Result<(Self::Node, Attr)>;
+    fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)>;
+    fn getattr(&self, node: &Self::Node) -> Result<Attr>;
+    fn setattr(
+        &self,
+        node: &Self::Node,
+        handle: Option<&Self::Handle>,
+        set: &SetAttr,
+    ) -> Result<Attr>;
+    fn readlink(&self, node: &Self::Node) -> Result<OsString>;
+    fn mknod(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<(Self::Node, Attr)>;
+    fn mkdir(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(Self::Node, Attr)>;
+    fn symlink(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        target: &OsStr,
+        owner: Owner,
+    ) -> Result<(Self::Node, Attr)>;
+    fn link(&self, node: &Self::Node, newparent: &Self::Node, newname: &OsStr) -> Result<Attr>;
+    fn unlink(&self, parent: &Self::Node, name: &OsStr) -> Result<()>;
+    fn rmdir(&self, parent: &Self::Node, name: &OsStr) -> Result<()>;
+    /// `flags` are Linux `renameat2` flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
+    fn rename(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        newparent: &Self::Node,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()>;
+    /// Opens an existing file. `flags` are open(2) flags as the application gave them.
+    fn open(&self, node: &Self::Node, flags: i32) -> Result<Self::Handle>;
+    /// Creates (or opens, without O_EXCL) a regular file.
+    fn create(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        owner: Owner,
+    ) -> Result<(Self::Node, Attr, Self::Handle)>;
+    /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
+    fn read(&self, handle: &Self::Handle, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Writes all of `data` at `offset` (or at the end for an O_APPEND handle); returns the
+    /// offset where the data landed.
+    fn write(&self, handle: &Self::Handle, offset: u64, data: &[u8]) -> Result<u64>;
+    /// Attributes of an open file (cheap on local disks, may be cached by NFS clients).
+    fn fstat(&self, handle: &Self::Handle) -> Result<Attr>;
+    fn fsync(&self, handle: &Self::Handle, datasync: bool) -> Result<()>;
+    fn fsyncdir(&self, node: &Self::Node, datasync: bool) -> Result<()>;
+    fn fallocate(&self, handle: &Self::Handle, mode: i32, offset: u64, len: u64) -> Result<()>;
+    /// SEEK_DATA / SEEK_HOLE (and the plain whences).
+    fn lseek(&self, handle: &Self::Handle, offset: i64, whence: i32) -> Result<i64>;
+    /// All entries of a directory except `.` and `..`.
+    fn readdir(&self, node: &Self::Node) -> Result<Vec<DirEntry>>;
+    fn statfs(&self, node: &Self::Node) -> Result<StatFs>;
+    fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>>;
+    fn setxattr(&self, node: &Self::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()>;
+    /// NUL-separated list of names, as listxattr(2) returns it.
+    fn listxattr(&self, node: &Self::Node) -> Result<Vec<u8>>;
+    fn removexattr(&self, node: &Self::Node, name: &OsStr) -> Result<()>;
+}

@@ -1,0 +1,265 @@
+//! [`FaultStore`]: wraps a store and injects latency, errors (EIO, ENOSPC, ...) and hangs,
+//! switchable at run time, so tests can show how failures of the slow store reach applications.
+
+use crate::{Attr, DirEntry, Errno, Owner, Result, SetAttr, StatFs, Store};
+use parking_lot::{Condvar, Mutex};
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which operations a fault applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpClass {
+    /// Reading file data.
+    Read = 0,
+    /// Anything that writes data or allocates space: write, create, truncate, fallocate,
+    /// mkdir, mknod, symlink, link, setxattr.
+    Write = 1,
+    /// Everything else: lookup, getattr, readdir, open, rename, unlink, ...
+    Meta = 2,
+}
+
+/// Live fault settings shared between a test and the store.
+#[derive(Default)]
+pub struct FaultConfig {
+    latency_us: AtomicU64,
+    errno: [AtomicI32; 3],
+    hung: Mutex<bool>,
+    unhung: Condvar,
+    /// Number of calls that reached the inner store, per class.
+    calls: [AtomicU64; 3],
+}
+
+impl FaultConfig {
+    pub fn new() -> Arc<FaultConfig> {
+        Arc::new(FaultConfig::default())
+    }
+    /// Adds this much latency to every operation.
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+    /// Makes every operation of `class` fail with `errno` (`None` heals it).
+    pub fn fail(&self, class: OpClass, errno: Option<i32>) {
+        self.errno[class as usize].store(errno.unwrap_or(0), Ordering::Relaxed);
+    }
+    /// While hung, every operation blocks (like a dead NFS server).
+    pub fn set_hung(&self, hung: bool) {
+        *self.hung.lock() = hung;
+        if !hung {
+            self.unhung.notify_all();
+        }
+    }
+    pub fn calls(&self, class: OpClass) -> u64 {
+        self.calls[class as usize].load(Ordering::Relaxed)
+    }
+
+    fn enter(&self, class: OpClass) -> Result<()> {
+        {
+            let mut hung = self.hung.lock();
+            while *hung {
+                self.unhung.wait(&mut hung);
+            }
+        }
+        let lat = self.latency_us.load(Ordering::Relaxed);
+        if lat > 0 {
+            std::thread::sleep(Duration::from_micros(lat));
+        }
+        let e = self.errno[class as usize].load(Ordering::Relaxed);
+        if e != 0 {
+            return Err(Errno(e));
+        }
+        self.calls[class as usize].fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+pub struct FaultStore<S> {
+    inner: S,
+    faults: Arc<FaultConfig>,
+}
+
+impl<S: Store> FaultStore<S> {
+    pub fn new(inner: S, faults: Arc<FaultConfig>) -> Self {
+        FaultStore { inner, faults }
+    }
+}
+
+use OpClass::{Meta, Read, Write};
+
+impl<S: Store> Store for FaultStore<S> {
+    type Node = S::Node;
+    type Handle = S::Handle;
+
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+    fn root(&self) -> Result<(S::Node, Attr)> {
+        self.faults.enter(Meta)?;
+        self.inner.root()
+    }
+    fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
+        self.faults.enter(Meta)?;
+        self.inner.lookup(parent, name)
+    }
+    fn getattr(&self, node: &S::Node) -> Result<Attr> {
+        self.faults.enter(Meta)?;
+        self.inner.getattr(node)
+    }
+    fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
+        self.faults
+            .enter(if set.size.is_some() { Write } else { Meta })?;
+        self.inner.setattr(node, handle, set)
+    }
+    fn readlink(&self, node: &S::Node) -> Result<OsString> {
+        self.faults.enter(Meta)?;
+        self.inner.readlink(node)
+    }
+    fn mknod(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.faults.enter(Write)?;
+        self.inner.mknod(parent, name, mode, rdev, owner)
+    }
+    fn mkdir(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.faults.enter(Write)?;
+        self.inner.mkdir(parent, name, mode, owner)
+    }
+    fn symlink(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        target: &OsStr,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.faults.enter(Write)?;
+        self.inner.symlink(parent, name, target, owner)
+    }
+    fn link(&self, node: &S::Node, newparent: &S::Node, newname: &OsStr) -> Result<Attr> {
+        self.faults.enter(Write)?;
+        self.inner.link(node, newparent, newname)
+    }
+    fn unlink(&self, parent: &S::Node, name: &OsStr) -> Result<()> {
+        self.faults.enter(Meta)?;
+        self.inner.unlink(parent, name)
+    }
+    fn rmdir(&self, parent: &S::Node, name: &OsStr) -> Result<()> {
+        self.faults.enter(Meta)?;
+        self.inner.rmdir(parent, name)
+    }
+    fn rename(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        newparent: &S::Node,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        self.faults.enter(Meta)?;
+        self.inner.rename(parent, name, newparent, newname, flags)
+    }
+    fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
+        self.faults.enter(Meta)?;
+        self.inner.open(node, flags)
+    }
+    fn create(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr, S::Handle)> {
+        self.faults.enter(Write)?;
+        self.inner.create(parent, name, mode, flags, owner)
+    }
+    fn read(&self, handle: &S::Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.faults.enter(Read)?;
+        self.inner.read(handle, offset, buf)
+    }
+    fn write(&self, handle: &S::Handle, offset: u64, data: &[u8]) -> Result<u64> {
+        self.faults.enter(Write)?;
+        self.inner.write(handle, offset, data)
+    }
+    fn fstat(&self, handle: &S::Handle) -> Result<Attr> {
+        self.faults.enter(Meta)?;
+        self.inner.fstat(handle)
+    }
+    fn fsync(&self, handle: &S::Handle, datasync: bool) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.fsync(handle, datasync)
+    }
+    fn fsyncdir(&self, node: &S::Node, datasync: bool) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.fsyncdir(node, datasync)
+    }
+    fn fallocate(&self, handle: &S::Handle, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.fallocate(handle, mode, offset, len)
+    }
+    fn lseek(&self, handle: &S::Handle, offset: i64, whence: i32) -> Result<i64> {
+        self.faults.enter(Meta)?;
+        self.inner.lseek(handle, offset, whence)
+    }
+    fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
+        self.faults.enter(Meta)?;
+        self.inner.readdir(node)
+    }
+    fn statfs(&self, node: &S::Node) -> Result<StatFs> {
+        self.faults.enter(Meta)?;
+        self.inner.statfs(node)
+    }
+    fn getxattr(&self, node: &S::Node, name: &OsStr) -> Result<Vec<u8>> {
+        self.faults.enter(Meta)?;
+        self.inner.getxattr(node, name)
+    }
+    fn setxattr(&self, node: &S::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.setxattr(node, name, value, flags)
+    }
+    fn listxattr(&self, node: &S::Node) -> Result<Vec<u8>> {
+        self.faults.enter(Meta)?;
+        self.inner.listxattr(node)
+    }
+    fn removexattr(&self, node: &S::Node, name: &OsStr) -> Result<()> {
+        self.faults.enter(Meta)?;
+        self.inner.removexattr(node, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PosixStore;
+
+    #[test]
+    fn injected_errors_reach_the_caller_and_heal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"data").unwrap();
+        let faults = FaultConfig::new();
+        let store = FaultStore::new(PosixStore::open(dir.path()).unwrap(), faults.clone());
+        let (root, _) = store.root().unwrap();
+        let (node, _) = store.lookup(&root, OsStr::new("f")).unwrap();
+        let h = store.open(&node, libc::O_RDWR).unwrap();
+        faults.fail(Read, Some(libc::EIO));
+        faults.fail(Write, Some(libc::ENOSPC));
+        let mut buf = [0u8; 4];
+        assert_eq!(store.read(&h, 0, &mut buf).unwrap_err(), Errno::EIO);
+        assert_eq!(store.write(&h, 0, b"x").unwrap_err(), Errno::ENOSPC);
+        faults.fail(Read, None);
+        assert_eq!(store.read(&h, 0, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"data");
+    }
+}
