@@ -40,13 +40,15 @@ impl Shard {
         n
     }
 
-    /// Evicts one block by CLOCK (second chance). Returns the bytes freed, 0 if empty.
+    /// One CLOCK step: sweeps from the hand, clearing reference bits, and evicts the first
+    /// unreferenced block. Returns the bytes freed; 0 if every block had its bit set (they are
+    /// all cleared now, so the next visit evicts) or the shard is empty.
     fn evict_one(&mut self) -> u64 {
-        if self.map.is_empty() {
+        let n = self.slots.len();
+        if self.map.is_empty() || n == 0 {
             return 0;
         }
-        let n = self.slots.len();
-        for _ in 0..2 * n + 1 {
+        for _ in 0..n {
             let i = self.hand % n;
             self.hand = i + 1;
             if let Some(slot) = &self.slots[i] {
@@ -79,6 +81,7 @@ pub struct RamCache {
     used: AtomicU64,
     cap: AtomicU64,
     blocks: AtomicU64,
+    hand: std::sync::atomic::AtomicUsize,
     hits: AtomicU64,
     misses: AtomicU64,
     hit_bytes: AtomicU64,
@@ -94,6 +97,7 @@ impl RamCache {
             used: AtomicU64::new(0),
             cap: AtomicU64::new(cap_bytes),
             blocks: AtomicU64::new(0),
+            hand: Default::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             hit_bytes: AtomicU64::new(0),
@@ -177,8 +181,7 @@ impl RamCache {
             }
         }
         self.inserts.fetch_add(1, Relaxed);
-        // Start evicting at the next shard so the block just inserted is the last candidate.
-        self.shrink_to_cap((s + 1) % SHARDS);
+        self.shrink_to_cap();
     }
 
     pub fn remove(&self, key: &BlockKey) {
@@ -194,7 +197,7 @@ impl RamCache {
     /// Changes the cap; shrinking evicts at once.
     pub fn set_capacity(&self, cap_bytes: u64) {
         self.cap.store(cap_bytes, Relaxed);
-        self.shrink_to_cap(0);
+        self.shrink_to_cap();
     }
 
     pub fn capacity(&self) -> u64 {
@@ -205,24 +208,22 @@ impl RamCache {
         self.used.load(Relaxed)
     }
 
-    /// Evicts round-robin over shards, starting at `start`, until usage is within the cap.
-    fn shrink_to_cap(&self, start: usize) {
-        let mut s = start;
-        let mut empty_in_a_row = 0;
-        while self.used.load(Relaxed) > self.cap.load(Relaxed) && empty_in_a_row < SHARDS {
+    /// Evicts until usage is within the cap. A global hand visits the shards in turn and each
+    /// visit is one CLOCK step, which approximates one CLOCK over the whole cache.
+    fn shrink_to_cap(&self) {
+        let mut idle_visits = 0;
+        while self.used.load(Relaxed) > self.cap.load(Relaxed) && idle_visits < 2 * SHARDS {
+            let s = self.hand.fetch_add(1, Relaxed) % SHARDS;
             let freed = self.shards[s].write().evict_one();
             if freed == 0 {
-                empty_in_a_row += 1;
-                s = (s + 1) % SHARDS;
+                idle_visits += 1;
                 continue;
             }
-            empty_in_a_row = 0;
+            idle_visits = 0;
             self.used.fetch_sub(freed, Relaxed);
             self.blocks.fetch_sub(1, Relaxed);
             self.evictions.fetch_add(1, Relaxed);
             self.evicted_bytes.fetch_add(freed, Relaxed);
-            // Spread eviction over shards so no shard is drained while others stay full.
-            s = (s + 1) % SHARDS;
         }
     }
 
