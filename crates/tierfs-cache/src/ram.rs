@@ -126,6 +126,12 @@ impl RamCache {
         found
     }
 
+    /// Counts hits found with [`RamCache::peek`] once a whole request is known to be served.
+    pub fn count_hits(&self, blocks: u64, bytes: u64) {
+        self.hits.fetch_add(blocks, Relaxed);
+        self.hit_bytes.fetch_add(bytes, Relaxed);
+    }
+
     /// Looks a block up without counting (for planning fetches).
     pub fn peek(&self, key: &BlockKey) -> Option<Bytes> {
         let shard = self.shards[self.shard(key)].read();

@@ -65,8 +65,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Drop for FlightGuard<'_, K, V> {
 
 const SHARDS: usize = 32;
 
+type Shard<K, V> = Mutex<FxHashMap<K, Arc<Flight<V>>>>;
+
 pub struct SingleFlight<K, V> {
-    shards: Box<[Mutex<FxHashMap<K, Arc<Flight<V>>>>]>,
+    shards: Box<[Shard<K, V>]>,
     abandoned: V,
 }
 
@@ -81,7 +83,7 @@ impl<K: Hash + Eq + Clone, V: Clone> SingleFlight<K, V> {
         }
     }
 
-    fn shard(&self, key: &K) -> &Mutex<FxHashMap<K, Arc<Flight<V>>>> {
+    fn shard(&self, key: &K) -> &Shard<K, V> {
         use std::hash::{BuildHasher, BuildHasherDefault};
         let h = BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(key);
         &self.shards[(h as usize >> 7) % SHARDS]

@@ -1,1 +1,125 @@
-fn main() {}
+//! The `tierfs` command.
+
+mod config;
+mod control;
+mod mount_cmd;
+mod stats_cmd;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "tierfs",
+    version,
+    about = "A tiered caching filesystem: slow storage, served fast from RAM (and soon SSD)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount BACKING (any directory: local, NFS, SMB) at MOUNTPOINT through the cache.
+    Mount {
+        backing: PathBuf,
+        mountpoint: PathBuf,
+        /// Cache directory [default: /var/cache/tierfs/<store id> as root, else
+        /// $XDG_CACHE_HOME/tierfs/<store id>]
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// TOML file of tunables (see docs/tunables.md)
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Tunables and mount options, comma-separated: -o ram.max=4G,meta.ttl=5s,allow_other
+        #[arg(short = 'o', value_name = "OPTS")]
+        options: Vec<String>,
+        /// Stay in the foreground (log to stderr)
+        #[arg(short = 'f', long)]
+        foreground: bool,
+    },
+    /// Print the counters of a running mount.
+    Stats {
+        mountpoint: PathBuf,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// mount(8) runs `mount.fuse.tierfs BACKING MOUNTPOINT [-sfnv] [-o OPTS]` (and mount.fuse3
+/// runs `tierfs BACKING MOUNTPOINT -o OPTS`): both become `tierfs mount ...`.
+fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let argv0 = args
+        .first()
+        .map(|a| PathBuf::from(a).file_name().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    let helper = argv0.to_string_lossy().starts_with("mount.");
+    let known = ["mount", "stats", "help", "-h", "--help", "-V", "--version"];
+    let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    let needs_mount =
+        helper || matches!(&first, Some(f) if !known.contains(&f.as_str()) && !f.starts_with('-'));
+    if !needs_mount {
+        return args;
+    }
+    args.insert(1, "mount".into());
+    if helper {
+        // mount(8)'s helper flags: -s sloppy, -f fake, -n no mtab, -v verbose; -t/-N take a value.
+        let mut out = Vec::with_capacity(args.len());
+        let mut it = args.into_iter();
+        while let Some(a) = it.next() {
+            match a.to_str() {
+                Some("-s") | Some("-n") | Some("-v") => continue,
+                Some("-f") => {
+                    eprintln!("tierfs: fake mount (-f): nothing to do");
+                    std::process::exit(0);
+                }
+                Some("-t") | Some("-N") => {
+                    it.next();
+                    continue;
+                }
+                _ => out.push(a),
+            }
+        }
+        return out;
+    }
+    args
+}
+
+fn main() {
+    let cli = Cli::parse_from(normalize_args(std::env::args_os().collect()));
+    let result = match cli.cmd {
+        Cmd::Mount {
+            backing,
+            mountpoint,
+            cache_dir,
+            config: config_file,
+            options,
+            foreground,
+        } => (|| {
+            let mut config = config::Config::default();
+            if let Some(f) = &config_file {
+                config.load_file(f)?;
+            }
+            for group in &options {
+                for opt in group.split(',') {
+                    config.apply_mount_option(opt)?;
+                }
+            }
+            mount_cmd::run(mount_cmd::MountArgs {
+                backing,
+                mountpoint,
+                cache_dir,
+                config,
+                foreground,
+            })
+        })(),
+        Cmd::Stats { mountpoint, json } => stats_cmd::run(&mountpoint, json),
+    };
+    if let Err(e) = result {
+        eprintln!("tierfs: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,1 +1,26 @@
+//! The filesystem core: the inode table (kernel inode <-> backing identity), open handles, the
+//! read and write paths over the cache tiers, read-ahead and coherence with the backing store.
+//! It speaks in inode numbers, names and errnos and knows nothing of the FUSE wire: the `fuse`
+//! crate is a thin adapter over it, and it can be driven directly in tests.
 
+mod config;
+mod counted;
+mod file_state;
+mod fs;
+mod inode;
+mod pool;
+mod read;
+mod stats;
+mod write;
+
+pub use config::FsConfig;
+pub use counted::{BackingStats, CountedStore};
+pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
+pub use pool::Pool;
+pub use stats::{FsStats, StatsSnapshot};
+pub use tierfs_store::{
+    Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
+};
+
+/// Inode number of the root directory, as FUSE requires.
+pub const ROOT_INO: u64 = 1;

@@ -1,0 +1,324 @@
+//! Tunables: defaults, parsing from a TOML file and from `-o key=value`, validation.
+//! Every key is documented in docs/tunables.md with its default, unit and reason.
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::time::Duration;
+use tierfs_fs::FsConfig;
+use tierfs_fuse::FuseConfig;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub fs: FsConfig,
+    pub fuse: FuseConfig,
+    attr_ttl_set: bool,
+    entry_ttl_set: bool,
+}
+
+/// Generic mount options that mount(8) and /etc/fstab pass along; accepted and, where they
+/// mean something to a FUSE mount, applied.
+const KERNEL_FLAGS: &[&str] = &[
+    "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "sync", "async",
+    "dirsync",
+];
+const IGNORED: &[&str] = &[
+    "defaults",
+    "rw",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "_netdev",
+    "nofail",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nostrictatime",
+    "lazytime",
+    "nolazytime",
+    "nodiratime",
+    "diratime",
+    "default_permissions",
+    "loop",
+    "bg",
+    "fg",
+];
+
+fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|k| k.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(4 << 30)
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let fs = FsConfig {
+            // A quarter of RAM: room for the page cache and for the programs that use the data.
+            ram_max: total_memory() / 4,
+            ..FsConfig::default()
+        };
+        let fuse = FuseConfig {
+            attr_ttl: fs.meta_ttl,
+            entry_ttl: fs.meta_ttl,
+            ..FuseConfig::default()
+        };
+        Config {
+            fs,
+            fuse,
+            attr_ttl_set: false,
+            entry_ttl_set: false,
+        }
+    }
+}
+
+/// "4G", "512M", "64k", "1048576" -> bytes (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_lowercase();
+            let m: u64 = match unit.trim_end_matches("ib").trim_end_matches('b') {
+                "" => 1,
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "t" => 1 << 40,
+                _ => bail!("bad size {s:?} (use e.g. 512M, 4G)"),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad size {s:?} (use e.g. 512M, 4G)"))?;
+    if !n.is_finite() || n < 0.0 {
+        bail!("bad size {s:?}");
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// "1s", "500ms", "2m", "0", "1.5" (seconds) -> Duration.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let bad = || anyhow::anyhow!("bad duration {s:?} (use e.g. 500ms, 1s, 5m)");
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(bad());
+    }
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_bool(s: &str) -> Result<bool> {
+    match s.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => bail!("bad boolean {s:?} (use true or false)"),
+    }
+}
+
+fn parse_count(s: &str, min: usize, max: usize) -> Result<usize> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad number {s:?}"))?;
+    if n < min || n > max {
+        bail!("{n} is out of range {min}..={max}");
+    }
+    Ok(n)
+}
+
+impl Config {
+    /// Sets one tunable. Unknown keys are errors: a typo must not be silently ignored.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let r: Result<()> = (|| {
+            match key {
+                "ram.max" => self.fs.ram_max = parse_size(value)?,
+                "ram.block_size" => {
+                    let b = parse_size(value)?;
+                    if !b.is_power_of_two() || !(4096..=(16 << 20)).contains(&b) {
+                        bail!("must be a power of two from 4K to 16M");
+                    }
+                    self.fs.block_size = b;
+                }
+                "meta.ttl" => {
+                    self.fs.meta_ttl = parse_duration(value)?;
+                    if !self.attr_ttl_set {
+                        self.fuse.attr_ttl = self.fs.meta_ttl;
+                    }
+                    if !self.entry_ttl_set {
+                        self.fuse.entry_ttl = self.fs.meta_ttl;
+                    }
+                }
+                "readahead.max" => self.fs.readahead_max = parse_size(value)?,
+                "readahead.chunk" => {
+                    self.fs.fetch_chunk = parse_size(value)?;
+                    if self.fs.fetch_chunk == 0 {
+                        bail!("must be at least one block");
+                    }
+                }
+                "readahead.threads" => self.fs.readahead_threads = parse_count(value, 1, 256)?,
+                "fuse.threads" => self.fuse.threads = parse_count(value, 1, 64)?,
+                "fuse.io_threads" => self.fuse.io_threads = parse_count(value, 1, 1024)?,
+                "fuse.attr_ttl" => {
+                    self.fuse.attr_ttl = parse_duration(value)?;
+                    self.attr_ttl_set = true;
+                }
+                "fuse.entry_ttl" => {
+                    self.fuse.entry_ttl = parse_duration(value)?;
+                    self.entry_ttl_set = true;
+                }
+                "fuse.read_ahead_kb" => {
+                    self.fuse.read_ahead_kb = parse_count(value, 0, 1 << 20)? as u32
+                }
+                "allow_other" => self.fuse.allow_other = parse_bool(value)?,
+                "ro" => self.fuse.read_only = parse_bool(value)?,
+                _ => bail!("unknown option"),
+            }
+            Ok(())
+        })();
+        r.with_context(|| format!("option {key}={value}"))
+    }
+
+    /// Applies one `-o` element: `key=value`, a bare flag, or a generic mount option.
+    pub fn apply_mount_option(&mut self, opt: &str) -> Result<()> {
+        let opt = opt.trim();
+        if opt.is_empty()
+            || IGNORED.contains(&opt)
+            || opt.starts_with("x-")
+            || opt.starts_with("comment=")
+        {
+            return Ok(());
+        }
+        match opt {
+            "allow_other" => return self.set("allow_other", "true"),
+            "ro" => return self.set("ro", "true"),
+            _ => {}
+        }
+        if KERNEL_FLAGS.contains(&opt) {
+            self.fuse.flags.push(opt.to_string());
+            return Ok(());
+        }
+        if let Some(name) = opt.strip_prefix("fsname=") {
+            self.fuse.fsname = name.to_string();
+            return Ok(());
+        }
+        match opt.split_once('=') {
+            Some((k, v)) => self.set(k.trim(), v.trim()),
+            None => {
+                bail!("unknown mount option {opt:?} (tunables are key=value, see docs/tunables.md)")
+            }
+        }
+    }
+
+    /// Reads a TOML file: tables name the tunable's group, e.g. `[ram] max = "4G"`.
+    pub fn load_file(&mut self, path: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("config file {}", path.display()))?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            anyhow::anyhow!("config file {}: {}", path.display(), e.message())
+        })?;
+        let mut flat = Vec::new();
+        flatten("", &toml::Value::Table(table), &mut flat)
+            .with_context(|| format!("config file {}", path.display()))?;
+        for (k, v) in flat {
+            self.set(&k, &v)
+                .with_context(|| format!("config file {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn flatten(prefix: &str, v: &toml::Value, out: &mut Vec<(String, String)>) -> Result<()> {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out)?;
+            }
+        }
+        toml::Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        toml::Value::Integer(i) => out.push((prefix.to_string(), i.to_string())),
+        toml::Value::Float(f) => out.push((prefix.to_string(), f.to_string())),
+        toml::Value::Boolean(b) => out.push((prefix.to_string(), b.to_string())),
+        _ => bail!("{prefix}: unsupported value (use a string, number or boolean)"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("4G").unwrap(), 4 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("64k").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn options_and_files() {
+        let mut c = Config::default();
+        c.apply_mount_option("ram.max=2G").unwrap();
+        c.apply_mount_option("meta.ttl=5s").unwrap();
+        c.apply_mount_option("defaults").unwrap();
+        c.apply_mount_option("x-systemd.automount").unwrap();
+        c.apply_mount_option("nosuid").unwrap();
+        assert_eq!(c.fs.ram_max, 2 << 30);
+        assert_eq!(c.fuse.attr_ttl, Duration::from_secs(5));
+        assert!(c.apply_mount_option("ram.maxx=1G").is_err());
+        assert!(c.apply_mount_option("bogus").is_err());
+        assert!(c.apply_mount_option("ram.block_size=3000").is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.toml");
+        std::fs::write(
+            &f,
+            "[ram]\nmax = \"1G\"\nblock_size = 131072\n[meta]\nttl = \"3s\"\n",
+        )
+        .unwrap();
+        c.load_file(&f).unwrap();
+        assert_eq!((c.fs.ram_max, c.fs.block_size), (1 << 30, 131072));
+        std::fs::write(&f, "[ram\nmax=").unwrap();
+        assert!(c.load_file(&f).is_err());
+        std::fs::write(&f, "[ram]\nmaks = 1\n").unwrap();
+        let e = format!("{:#}", c.load_file(&f).unwrap_err());
+        assert!(e.contains("ram.maks"), "{e}");
+    }
+}

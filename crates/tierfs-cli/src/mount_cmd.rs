@@ -1,0 +1,286 @@
+//! `tierfs mount BACKING MOUNTPOINT`: checks everything it can before detaching, so bad input
+//! gets one clear line on stderr and a non-zero exit; then (unless --foreground) detaches and
+//! returns only once the mount is up, like mount(8).
+
+use crate::config::Config;
+use crate::control;
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tierfs_store::{PosixStore, Store};
+
+pub struct MountArgs {
+    pub backing: PathBuf,
+    pub mountpoint: PathBuf,
+    pub cache_dir: Option<PathBuf>,
+    pub config: Config,
+    pub foreground: bool,
+}
+
+/// Default cache directory: /var/cache/tierfs/<store id> as root, else under
+/// $XDG_CACHE_HOME (or ~/.cache).
+pub fn default_cache_dir(store_id: &str) -> PathBuf {
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/cache/tierfs").join(store_id);
+    }
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache")
+        }
+    };
+    base.join("tierfs").join(store_id)
+}
+
+fn is_mount_point(path: &Path) -> Result<bool> {
+    Ok(tierfs_fuse::find_mount(path)?.is_some())
+}
+
+/// Creates the cache dir, checks it is writable, and locks it for this mount.
+fn prepare_cache_dir(dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cache dir {}", dir.display()))?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    let lock_path = dir.join("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .with_context(|| format!("cache dir {}", dir.display()))?;
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!(
+            "cache dir {} is in use by another tierfs mount",
+            dir.display()
+        );
+    }
+    // flock may succeed on a read-only filesystem: prove we can write.
+    let probe = dir.join(".write-probe");
+    std::fs::write(&probe, b"x")
+        .with_context(|| format!("cache dir {} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(lock)
+}
+
+pub fn run(args: MountArgs) -> Result<()> {
+    // Everything that can be checked is checked before detaching.
+    let store = PosixStore::open(&args.backing)?;
+    let mountpoint = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("mountpoint {}", args.mountpoint.display()))?;
+    if !mountpoint.is_dir() {
+        bail!("mountpoint {} is not a directory", mountpoint.display());
+    }
+    if is_mount_point(&mountpoint)? {
+        bail!(
+            "mountpoint {} is busy: something is already mounted there",
+            mountpoint.display()
+        );
+    }
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| default_cache_dir(store.store_id()));
+    let lock = prepare_cache_dir(&cache_dir)?;
+    if std::fs::metadata("/dev/fuse").is_err() {
+        bail!("/dev/fuse is missing: load the fuse module (modprobe fuse) or install fuse3");
+    }
+    let mut config = args.config;
+    if config.fuse.fsname == "tierfs" {
+        config.fuse.fsname = args.backing.canonicalize()?.to_string_lossy().into_owned();
+    }
+
+    let ready = if args.foreground {
+        None
+    } else {
+        Some(detach()?)
+    };
+    let result = serve(
+        store,
+        &mountpoint,
+        &cache_dir,
+        config,
+        args.foreground,
+        ready,
+        lock,
+    );
+    if let Err(e) = &result {
+        tracing::error!("{e:#}");
+    }
+    result
+}
+
+/// Forks. The parent waits for the child's word on a pipe and exits with it; the child returns
+/// the pipe's write end and carries on as the daemon.
+fn detach() -> Result<File> {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    let (r, w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(r);
+            unsafe { libc::setsid() };
+            Ok(w)
+        }
+        _ => {
+            drop(w);
+            let mut msg = String::new();
+            let mut r = r;
+            let _ = r.read_to_string(&mut msg);
+            if msg == "ok" {
+                std::process::exit(0);
+            }
+            let msg = if msg.is_empty() {
+                "the daemon exited before the mount was ready".into()
+            } else {
+                msg
+            };
+            eprintln!("tierfs: {msg}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn redirect_stdio_to_null() {
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null");
+    if let Ok(null) = null {
+        for fd in 0..3 {
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+fn init_logging(cache_dir: &Path, foreground: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TIERFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if foreground {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    } else if let Ok(f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cache_dir.join("tierfs.log"))
+    {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Arc::new(f))
+            .try_init();
+    }
+}
+
+fn raise_fd_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+fn serve(
+    store: PosixStore,
+    mountpoint: &Path,
+    cache_dir: &Path,
+    config: Config,
+    foreground: bool,
+    mut ready: Option<File>,
+    _lock: File,
+) -> Result<()> {
+    init_logging(cache_dir, foreground);
+    raise_fd_limit();
+    // The kernel has applied the caller's umask to every mode it sends; apply none twice.
+    unsafe { libc::umask(0) };
+    let report = |ready: &mut Option<File>, msg: &str| {
+        if let Some(mut w) = ready.take() {
+            let _ = w.write_all(msg.as_bytes());
+        }
+    };
+    let setup = (|| -> Result<_> {
+        let fs = tierfs_fs::Fs::new(store, config.fs.clone())
+            .map_err(|e| anyhow::anyhow!("backing store: {e}"))?;
+        let mounted = tierfs_fuse::mount(fs.clone(), mountpoint, &config.fuse)
+            .map_err(|e| anyhow::anyhow!("mount {}: {e}", mountpoint.display()))?;
+        Ok((fs, mounted))
+    })();
+    let (fs, mut mounted) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            report(&mut ready, &format!("{e:#}"));
+            return Err(e);
+        }
+    };
+    let socket = cache_dir.join(control::SOCKET_NAME);
+    let stats_fs = fs.clone();
+    control::serve(&socket, move |cmd| match cmd {
+        "stats" => serde_json::to_string(&stats_fs.stats())
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
+    })?;
+    let registry = tierfs_fuse::mount_device(mountpoint).ok().and_then(|dev| {
+        control::register(&dev, &socket)
+            .map_err(|e| tracing::warn!("{e:#}"))
+            .ok()
+    });
+
+    // SIGINT/SIGTERM: unmount cleanly; the session loop then ends and we exit 0.
+    let mut unmounter = mounted.unmounter();
+    let mp = mountpoint.to_path_buf();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    std::thread::Builder::new()
+        .name("tierfs-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!("signal {sig}: unmounting {}", mp.display());
+                if let Err(e) = unmounter.unmount() {
+                    // Busy (a process has a file open there): detach it lazily so we can exit.
+                    tracing::warn!("unmount failed ({e}); detaching lazily");
+                    let _ = std::process::Command::new("fusermount3")
+                        .arg("-uz")
+                        .arg(&mp)
+                        .status();
+                }
+            }
+        })?;
+
+    tracing::info!(
+        "mounted {} on {} (cache dir {}, ram.max {} bytes, block {} bytes)",
+        fs.stats().store_id,
+        mountpoint.display(),
+        cache_dir.display(),
+        config.fs.ram_max,
+        config.fs.block_size
+    );
+    report(&mut ready, "ok");
+    if !foreground {
+        redirect_stdio_to_null();
+    }
+    let r = mounted.run();
+    if let Some(entry) = registry {
+        let _ = std::fs::remove_file(entry);
+    }
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("unmounted {}", mountpoint.display());
+    r.context("FUSE session")
+}

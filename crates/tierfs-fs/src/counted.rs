@@ -1,0 +1,237 @@
+//! Counts every call that reaches the backing store, so `tierfs stats` can show how much work
+//! the slow store was spared.
+
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tierfs_store::{Attr, DirEntry, Owner, Result, SetAttr, StatFs, Store};
+
+#[derive(Default)]
+pub struct BackingCounters {
+    lookup: AtomicU64,
+    getattr: AtomicU64,
+    readdir: AtomicU64,
+    open: AtomicU64,
+    read: AtomicU64,
+    read_bytes: AtomicU64,
+    write: AtomicU64,
+    write_bytes: AtomicU64,
+    create: AtomicU64,
+    other: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Backing-store operation counts (see `tierfs stats`).
+#[derive(Default, Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct BackingStats {
+    pub lookup: u64,
+    pub getattr: u64,
+    pub readdir: u64,
+    pub open: u64,
+    pub read: u64,
+    pub read_bytes: u64,
+    pub write: u64,
+    pub write_bytes: u64,
+    pub create: u64,
+    pub other: u64,
+    pub errors: u64,
+}
+
+impl BackingCounters {
+    pub fn snapshot(&self) -> BackingStats {
+        BackingStats {
+            lookup: self.lookup.load(Relaxed),
+            getattr: self.getattr.load(Relaxed),
+            readdir: self.readdir.load(Relaxed),
+            open: self.open.load(Relaxed),
+            read: self.read.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            write: self.write.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            create: self.create.load(Relaxed),
+            other: self.other.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+        }
+    }
+}
+
+pub struct CountedStore<S> {
+    inner: S,
+    pub counters: Arc<BackingCounters>,
+}
+
+impl<S> CountedStore<S> {
+    pub fn new(inner: S) -> Self {
+        CountedStore {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+    fn count<T>(&self, c: &AtomicU64, r: Result<T>) -> Result<T> {
+        c.fetch_add(1, Relaxed);
+        if r.is_err() {
+            self.counters.errors.fetch_add(1, Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: Store> Store for CountedStore<S> {
+    type Node = S::Node;
+    type Handle = S::Handle;
+
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+    fn root(&self) -> Result<(S::Node, Attr)> {
+        self.count(&self.counters.getattr, self.inner.root())
+    }
+    fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
+        self.count(&self.counters.lookup, self.inner.lookup(parent, name))
+    }
+    fn getattr(&self, node: &S::Node) -> Result<Attr> {
+        self.count(&self.counters.getattr, self.inner.getattr(node))
+    }
+    fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
+        self.count(&self.counters.other, self.inner.setattr(node, handle, set))
+    }
+    fn readlink(&self, node: &S::Node) -> Result<OsString> {
+        self.count(&self.counters.other, self.inner.readlink(node))
+    }
+    fn mknod(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.count(
+            &self.counters.create,
+            self.inner.mknod(parent, name, mode, rdev, owner),
+        )
+    }
+    fn mkdir(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.count(
+            &self.counters.create,
+            self.inner.mkdir(parent, name, mode, owner),
+        )
+    }
+    fn symlink(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        target: &OsStr,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr)> {
+        self.count(
+            &self.counters.create,
+            self.inner.symlink(parent, name, target, owner),
+        )
+    }
+    fn link(&self, node: &S::Node, newparent: &S::Node, newname: &OsStr) -> Result<Attr> {
+        self.count(
+            &self.counters.create,
+            self.inner.link(node, newparent, newname),
+        )
+    }
+    fn unlink(&self, parent: &S::Node, name: &OsStr) -> Result<()> {
+        self.count(&self.counters.other, self.inner.unlink(parent, name))
+    }
+    fn rmdir(&self, parent: &S::Node, name: &OsStr) -> Result<()> {
+        self.count(&self.counters.other, self.inner.rmdir(parent, name))
+    }
+    fn rename(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        newparent: &S::Node,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        self.count(
+            &self.counters.other,
+            self.inner.rename(parent, name, newparent, newname, flags),
+        )
+    }
+    fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
+        self.count(&self.counters.open, self.inner.open(node, flags))
+    }
+    fn create(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        owner: Owner,
+    ) -> Result<(S::Node, Attr, S::Handle)> {
+        self.count(
+            &self.counters.create,
+            self.inner.create(parent, name, mode, flags, owner),
+        )
+    }
+    fn read(&self, handle: &S::Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let r = self.count(&self.counters.read, self.inner.read(handle, offset, buf));
+        if let Ok(n) = r {
+            self.counters.read_bytes.fetch_add(n as u64, Relaxed);
+        }
+        r
+    }
+    fn write(&self, handle: &S::Handle, offset: u64, data: &[u8]) -> Result<u64> {
+        let r = self.count(&self.counters.write, self.inner.write(handle, offset, data));
+        if r.is_ok() {
+            self.counters
+                .write_bytes
+                .fetch_add(data.len() as u64, Relaxed);
+        }
+        r
+    }
+    fn fstat(&self, handle: &S::Handle) -> Result<Attr> {
+        self.count(&self.counters.getattr, self.inner.fstat(handle))
+    }
+    fn fsync(&self, handle: &S::Handle, datasync: bool) -> Result<()> {
+        self.count(&self.counters.other, self.inner.fsync(handle, datasync))
+    }
+    fn fsyncdir(&self, node: &S::Node, datasync: bool) -> Result<()> {
+        self.count(&self.counters.other, self.inner.fsyncdir(node, datasync))
+    }
+    fn fallocate(&self, handle: &S::Handle, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.count(
+            &self.counters.other,
+            self.inner.fallocate(handle, mode, offset, len),
+        )
+    }
+    fn lseek(&self, handle: &S::Handle, offset: i64, whence: i32) -> Result<i64> {
+        self.count(
+            &self.counters.other,
+            self.inner.lseek(handle, offset, whence),
+        )
+    }
+    fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
+        self.count(&self.counters.readdir, self.inner.readdir(node))
+    }
+    fn statfs(&self, node: &S::Node) -> Result<StatFs> {
+        self.count(&self.counters.other, self.inner.statfs(node))
+    }
+    fn getxattr(&self, node: &S::Node, name: &OsStr) -> Result<Vec<u8>> {
+        self.count(&self.counters.other, self.inner.getxattr(node, name))
+    }
+    fn setxattr(&self, node: &S::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.count(
+            &self.counters.other,
+            self.inner.setxattr(node, name, value, flags),
+        )
+    }
+    fn listxattr(&self, node: &S::Node) -> Result<Vec<u8>> {
+        self.count(&self.counters.other, self.inner.listxattr(node))
+    }
+    fn removexattr(&self, node: &S::Node, name: &OsStr) -> Result<()> {
+        self.count(&self.counters.other, self.inner.removexattr(node, name))
+    }
+}

@@ -1,0 +1,127 @@
+//! Per-backing-file cache state: which version of the contents the cached blocks belong to.
+
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use tierfs_store::{Attr, Fingerprint};
+
+static NEXT_GEN: AtomicU64 = AtomicU64::new(1);
+
+fn next_gen() -> u64 {
+    NEXT_GEN.fetch_add(1, Relaxed)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Version {
+    pub fp: Fingerprint,
+    /// Names the cached blocks of this version (see `tierfs_cache::BlockKey`).
+    pub gen: u64,
+}
+
+struct Inner {
+    v: Version,
+    checked: Instant,
+    /// Fingerprint at the last open: an open that finds it unchanged may keep the kernel's
+    /// page cache (FOPEN_KEEP_CACHE); any change since makes the kernel drop it.
+    opened: Option<Fingerprint>,
+}
+
+/// One per backing file (device, inode), shared by every kernel inode and handle of it, and
+/// kept after the kernel forgets the file so its cached blocks stay reachable.
+pub struct FileState {
+    pub backing_ino: u64,
+    /// Readers take it shared, writers exclusive, for one request each: a read never sees half
+    /// of a write, and a fetch never inserts blocks older than a write that finished first.
+    pub rw: RwLock<()>,
+    inner: Mutex<Inner>,
+}
+
+/// What [`FileState::observe`] found.
+pub enum Observed {
+    Unchanged,
+    Changed,
+}
+
+impl FileState {
+    pub fn new(attr: &Attr) -> FileState {
+        FileState {
+            backing_ino: attr.ino,
+            rw: RwLock::new(()),
+            inner: Mutex::new(Inner {
+                v: Version {
+                    fp: attr.fingerprint(),
+                    gen: next_gen(),
+                },
+                checked: Instant::now(),
+                opened: None,
+            }),
+        }
+    }
+
+    pub fn version(&self) -> Version {
+        self.inner.lock().v
+    }
+
+    pub fn expired(&self, ttl: Duration) -> bool {
+        self.inner.lock().checked.elapsed() >= ttl
+    }
+
+    /// Records fresh attributes from the backing store. A changed fingerprint means the file
+    /// changed behind our back: a new generation makes every cached block of it unreachable.
+    pub fn observe(&self, attr: &Attr) -> Observed {
+        let mut i = self.inner.lock();
+        i.checked = Instant::now();
+        let fp = attr.fingerprint();
+        if fp == i.v.fp {
+            return Observed::Unchanged;
+        }
+        i.v = Version {
+            fp,
+            gen: next_gen(),
+        };
+        Observed::Changed
+    }
+
+    /// After one of our own operations that cannot change the data (chmod, rename, link,
+    /// xattrs): a change of ctime alone keeps the cached blocks.
+    pub fn observe_own_metadata_change(&self, attr: &Attr) -> Observed {
+        let mut i = self.inner.lock();
+        let fp = attr.fingerprint();
+        if fp.size == i.v.fp.size && fp.mtime_ns == i.v.fp.mtime_ns {
+            i.v.fp = fp;
+            i.checked = Instant::now();
+            return Observed::Unchanged;
+        }
+        drop(i);
+        self.observe(attr)
+    }
+
+    /// After our own write, whose effect on the cached blocks the caller has applied to `gen`.
+    pub fn set_after_own_write(&self, gen: u64, attr: &Attr) {
+        let mut i = self.inner.lock();
+        if i.v.gen == gen {
+            i.v.fp = attr.fingerprint();
+            i.checked = Instant::now();
+        }
+    }
+
+    /// Drops every cached block of the file (truncate, fallocate, a write we cannot follow).
+    pub fn invalidate(&self, attr: Option<&Attr>) {
+        let mut i = self.inner.lock();
+        if let Some(a) = attr {
+            i.v.fp = a.fingerprint();
+        }
+        i.v.gen = next_gen();
+        i.checked = Instant::now();
+    }
+
+    /// Called at open with fresh attributes; returns whether the kernel may keep its cache.
+    pub fn opened(&self, attr: &Attr) -> bool {
+        self.observe(attr);
+        let mut i = self.inner.lock();
+        let fp = i.v.fp;
+        let keep = i.opened == Some(fp);
+        i.opened = Some(fp);
+        keep
+    }
+}

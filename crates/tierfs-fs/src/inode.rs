@@ -1,0 +1,141 @@
+//! The inode table: kernel inode numbers <-> backing objects.
+//!
+//! A backing object's identity is (device, inode). The kernel inode number is the backing
+//! inode number when the object lives on the root's device (stable across remounts and equal
+//! to what readdir reports), 1 for the root, and a synthetic number for objects on other
+//! devices. Hard links therefore map to one kernel inode, and renames keep it.
+
+use crate::file_state::FileState;
+use dashmap::DashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tierfs_store::{Attr, FileKind, Store};
+
+const SYNTHETIC_BASE: u64 = 1 << 60;
+
+pub struct Inode<S: Store> {
+    pub ino: u64,
+    pub node: S::Node,
+    pub kind: FileKind,
+    /// Kernel lookup count (FUSE forget protocol).
+    lookups: AtomicU64,
+    /// Cache state; regular files only.
+    pub file: Option<Arc<FileState>>,
+}
+
+pub struct InodeTable<S: Store> {
+    root_dev: u64,
+    root_ino: u64,
+    inodes: DashMap<u64, Arc<Inode<S>>>,
+    synthetic: DashMap<(u64, u64), u64>,
+    next_synthetic: AtomicU64,
+    /// File states by backing identity; outlive kernel inodes (swapcache's lesson).
+    files: DashMap<(u64, u64), Arc<FileState>>,
+    max_files: usize,
+}
+
+impl<S: Store> InodeTable<S> {
+    pub fn new(root: S::Node, root_attr: &Attr, max_files: usize) -> Self {
+        let t = InodeTable {
+            root_dev: root_attr.dev,
+            root_ino: root_attr.ino,
+            inodes: DashMap::new(),
+            synthetic: DashMap::new(),
+            next_synthetic: AtomicU64::new(SYNTHETIC_BASE),
+            files: DashMap::new(),
+            max_files,
+        };
+        t.inodes.insert(
+            crate::ROOT_INO,
+            Arc::new(Inode {
+                ino: crate::ROOT_INO,
+                node: root,
+                kind: FileKind::Dir,
+                lookups: AtomicU64::new(1),
+                file: None,
+            }),
+        );
+        t
+    }
+
+    pub fn kernel_ino(&self, attr: &Attr) -> u64 {
+        self.kernel_ino_of(attr.dev, attr.ino)
+    }
+
+    /// Kernel inode number of a listing entry, which names no device: the root's is assumed.
+    pub fn kernel_ino_of_entry(&self, backing_ino: u64) -> u64 {
+        self.kernel_ino_of(self.root_dev, backing_ino)
+    }
+
+    fn kernel_ino_of(&self, dev: u64, ino: u64) -> u64 {
+        if dev == self.root_dev {
+            if ino == self.root_ino {
+                return crate::ROOT_INO;
+            }
+            if ino != crate::ROOT_INO && ino < SYNTHETIC_BASE {
+                return ino;
+            }
+        }
+        *self
+            .synthetic
+            .entry((dev, ino))
+            .or_insert_with(|| self.next_synthetic.fetch_add(1, Relaxed))
+    }
+
+    pub fn get(&self, ino: u64) -> Option<Arc<Inode<S>>> {
+        self.inodes.get(&ino).map(|i| i.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        self.inodes.len()
+    }
+
+    pub fn file_states(&self) -> usize {
+        self.files.len()
+    }
+
+    fn file_state(&self, attr: &Attr) -> Arc<FileState> {
+        let key = (attr.dev, attr.ino);
+        if let Some(f) = self.files.get(&key) {
+            let f = f.clone();
+            f.observe(attr);
+            return f;
+        }
+        if self.files.len() >= self.max_files {
+            // Forget the states no live inode uses; their blocks age out of the cache.
+            self.files.retain(|_, f| Arc::strong_count(f) > 1);
+        }
+        self.files
+            .entry(key)
+            .or_insert_with(|| Arc::new(FileState::new(attr)))
+            .clone()
+    }
+
+    /// Records that the kernel learned of `node` (lookup, create, ...): adds one lookup.
+    pub fn remember(&self, node: S::Node, attr: &Attr) -> Arc<Inode<S>> {
+        let ino = self.kernel_ino(attr);
+        let file = (attr.kind == FileKind::File).then(|| self.file_state(attr));
+        let entry = self.inodes.entry(ino).or_insert_with(|| {
+            Arc::new(Inode {
+                ino,
+                node,
+                kind: attr.kind,
+                lookups: AtomicU64::new(0),
+                file,
+            })
+        });
+        entry.lookups.fetch_add(1, Relaxed);
+        entry.clone()
+    }
+
+    /// FUSE forget: drops `n` lookups; the inode leaves the table at zero.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == crate::ROOT_INO {
+            return;
+        }
+        self.inodes.remove_if(&ino, |_, i| {
+            let prev = i.lookups.fetch_sub(n.min(i.lookups.load(Relaxed)), Relaxed);
+            prev <= n
+        });
+    }
+}

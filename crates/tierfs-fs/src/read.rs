@@ -1,0 +1,350 @@
+//! The read path: RAM tier hit, else one single-flight fetch from the backing store, with
+//! sequential read-ahead. Every fetch is checked against the file's fingerprint afterwards, so
+//! blocks of a version that changed mid-fetch are never cached or returned.
+
+use crate::file_state::Version;
+use crate::fs::{Fs, OpenFile};
+use crate::stats::FsStats;
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use tierfs_cache::{BlockKey, Claim, FlightGuard};
+use tierfs_store::{Errno, Result, Store};
+
+#[derive(Clone, Debug)]
+pub(crate) enum FetchError {
+    Errno(Errno),
+    /// The backing file changed while the fetch ran.
+    Stale,
+}
+
+pub(crate) type FetchResult = std::result::Result<Bytes, FetchError>;
+
+/// Sequential-access detector of one open file.
+#[derive(Default)]
+pub(crate) struct ReadAhead {
+    /// Block a sequential reader asks for next.
+    next: u64,
+    /// Current window, blocks; doubles while the reader stays sequential.
+    window: u64,
+    /// First block not yet scheduled for read-ahead.
+    scheduled_to: u64,
+}
+
+const MAX_STALE_RETRIES: usize = 3;
+
+/// The blocks covering `[offset, end)` and the range itself.
+struct Span {
+    first: u64,
+    last: u64,
+    offset: u64,
+    end: u64,
+}
+
+impl<S: Store> Fs<S> {
+    fn key(&self, of: &OpenFile<S>, gen: u64, idx: u64) -> BlockKey {
+        BlockKey {
+            ino: of.state.backing_ino,
+            gen,
+            idx,
+        }
+    }
+
+    fn span(&self, v: &Version, offset: u64, size: u32) -> Option<Span> {
+        let end = (offset + size as u64).min(v.fp.size);
+        if offset >= end {
+            return None;
+        }
+        let bs = self.cfg.block_size;
+        Some(Span {
+            first: offset / bs,
+            last: (end - 1) / bs,
+            offset,
+            end,
+        })
+    }
+
+    /// The fast path, safe to run on a FUSE worker thread: answers only if every block is in
+    /// RAM and the file's fingerprint is fresh. Never blocks on I/O.
+    pub fn read_cached(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Option<Bytes> {
+        let of = self.files.get(&fh)?.clone();
+        if of.state.expired(self.cfg.meta_ttl) {
+            return None;
+        }
+        let guard = of.state.rw.try_read()?;
+        let v = of.state.version();
+        let Some(span) = self.span(&v, offset, size) else {
+            drop(guard);
+            self.count_read(0, true);
+            return Some(Bytes::new());
+        };
+        let mut blocks = Vec::with_capacity((span.last - span.first + 1) as usize);
+        for idx in span.first..=span.last {
+            blocks.push(self.cache.peek(&self.key(&of, v.gen, idx))?);
+        }
+        drop(guard);
+        let data = self.assemble(&span, &blocks)?;
+        self.cache
+            .count_hits(blocks.len() as u64, data.len() as u64);
+        self.count_read(data.len() as u64, true);
+        self.read_ahead(&of, &v, &span);
+        Some(data)
+    }
+
+    fn count_read(&self, bytes: u64, ram_only: bool) {
+        FsStats::add(&self.stats.read_requests, 1);
+        FsStats::add(&self.stats.read_bytes, bytes);
+        if ram_only {
+            FsStats::add(&self.stats.read_ram_only, 1);
+        }
+    }
+
+    /// The full read path; may block on the backing store.
+    pub fn read(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let of = self.open_file(fh)?;
+        if of.state.expired(self.cfg.meta_ttl) {
+            let attr = self.store.fstat(&of.handle)?;
+            self.observe(&of.state, &attr);
+        }
+        for _ in 0..MAX_STALE_RETRIES {
+            let guard = of.state.rw.read();
+            let v = of.state.version();
+            let Some(span) = self.span(&v, offset, size) else {
+                self.count_read(0, true);
+                return Ok(Bytes::new());
+            };
+            let mut blocks = Vec::with_capacity((span.last - span.first + 1) as usize);
+            let mut missing = Vec::new();
+            for idx in span.first..=span.last {
+                match self.cache.get(&self.key(&of, v.gen, idx)) {
+                    Some(b) => blocks.push(Some(b)),
+                    None => {
+                        blocks.push(None);
+                        missing.push(idx);
+                    }
+                }
+            }
+            let ram_only = missing.is_empty();
+            if !missing.is_empty() {
+                match self.load_blocks(&of, &v, &missing, true) {
+                    Ok(loaded) => {
+                        for (idx, b) in loaded {
+                            blocks[(idx - span.first) as usize] = Some(b);
+                        }
+                    }
+                    Err(FetchError::Errno(e)) => return Err(e),
+                    Err(FetchError::Stale) => {
+                        drop(guard);
+                        self.refresh(&of)?;
+                        continue;
+                    }
+                }
+            }
+            drop(guard);
+            let blocks: Option<Vec<Bytes>> = blocks.into_iter().collect();
+            let Some(data) = blocks.and_then(|b| self.assemble(&span, &b)) else {
+                // A block shorter than the file's size says: the file changed.
+                self.refresh(&of)?;
+                continue;
+            };
+            self.count_read(data.len() as u64, ram_only);
+            self.read_ahead(&of, &v, &span);
+            return Ok(data);
+        }
+        // The file keeps changing under us: serve what the backing store has now, uncached,
+        // exactly as a direct read would.
+        let mut buf = vec![0u8; size as usize];
+        let n = self.store.read(&of.handle, offset, &mut buf)?;
+        buf.truncate(n);
+        self.count_read(n as u64, false);
+        Ok(Bytes::from(buf))
+    }
+
+    fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
+        let attr = self.store.fstat(&of.handle)?;
+        self.observe(&of.state, &attr);
+        Ok(())
+    }
+
+    fn assemble(&self, span: &Span, blocks: &[Bytes]) -> Option<Bytes> {
+        let bs = self.cfg.block_size;
+        let base = span.first * bs;
+        if blocks.len() == 1 {
+            let (s, e) = ((span.offset - base) as usize, (span.end - base) as usize);
+            return (blocks[0].len() >= e).then(|| blocks[0].slice(s..e));
+        }
+        let mut out = BytesMut::with_capacity((span.end - span.offset) as usize);
+        for (i, b) in blocks.iter().enumerate() {
+            let bstart = base + i as u64 * bs;
+            let s = span.offset.max(bstart) - bstart;
+            let e = span.end.min(bstart + bs) - bstart;
+            if (b.len() as u64) < e {
+                return None;
+            }
+            out.extend_from_slice(&b[s as usize..e as usize]);
+        }
+        Some(out.freeze())
+    }
+
+    /// Loads the given blocks of version `v` (sorted). Blocks another reader is fetching are
+    /// waited for when `wait`, skipped otherwise. The caller holds `of.state.rw` shared: claims
+    /// are only ever made under it, so a writer cannot slip in between fetch and insert.
+    pub(crate) fn load_blocks(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        idxs: &[u64],
+        wait: bool,
+    ) -> std::result::Result<Vec<(u64, Bytes)>, FetchError> {
+        let mut out = Vec::with_capacity(idxs.len());
+        let mut leaders: Vec<FlightGuard<'_, BlockKey, FetchResult>> = Vec::new();
+        let mut followers = Vec::new();
+        for &idx in idxs {
+            let key = self.key(of, v.gen, idx);
+            if let Some(b) = self.cache.peek(&key) {
+                out.push((idx, b));
+                continue;
+            }
+            match self.flights.claim(key) {
+                Claim::Leader(g) => {
+                    // A fetch may have finished between the peek and the claim.
+                    if let Some(b) = self.cache.peek(&key) {
+                        g.complete(Ok(b.clone()));
+                        out.push((idx, b));
+                    } else {
+                        leaders.push(g);
+                    }
+                }
+                Claim::Follower(w) if wait => followers.push((idx, w)),
+                Claim::Follower(_) => {}
+            }
+        }
+        // Contiguous leader blocks are fetched with one backing read each, up to fetch_chunk.
+        let per_run = (self.cfg.fetch_chunk / self.cfg.block_size).max(1) as usize;
+        let mut result: std::result::Result<(), FetchError> = Ok(());
+        while !leaders.is_empty() {
+            let mut n = 1;
+            while n < leaders.len()
+                && n < per_run
+                && leaders[n].key().idx == leaders[n - 1].key().idx + 1
+            {
+                n += 1;
+            }
+            let run: Vec<_> = leaders.drain(..n).collect();
+            if let Err(e) = &result {
+                for g in run {
+                    g.complete(Err(e.clone()));
+                }
+                continue;
+            }
+            match self.fetch_run(of, v, run, !wait) {
+                Ok(mut got) => out.append(&mut got),
+                Err(e) => result = Err(e),
+            }
+        }
+        result?;
+        for (idx, w) in followers {
+            FsStats::add(&self.stats.singleflight_waits, 1);
+            out.push((idx, w.wait()?));
+        }
+        Ok(out)
+    }
+
+    /// One backing read for a run of contiguous blocks this thread leads.
+    fn fetch_run(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        run: Vec<FlightGuard<'_, BlockKey, FetchResult>>,
+        readahead: bool,
+    ) -> std::result::Result<Vec<(u64, Bytes)>, FetchError> {
+        let bs = self.cfg.block_size;
+        let first = run[0].key().idx;
+        let start = first * bs;
+        let end = ((first + run.len() as u64) * bs).min(v.fp.size);
+        let mut buf = vec![0u8; (end - start) as usize];
+        let read = self.store.read(&of.handle, start, &mut buf);
+        // The version check comes after the data: if the fingerprint still matches, the data
+        // read in between belongs to that version.
+        let outcome = match read {
+            Err(e) => Err(FetchError::Errno(e)),
+            Ok(n) if n < buf.len() => Err(FetchError::Stale),
+            Ok(_) => match self.store.fstat(&of.handle) {
+                Err(e) => Err(FetchError::Errno(e)),
+                Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
+                Ok(_) => Ok(()),
+            },
+        };
+        if let Err(e) = outcome {
+            if matches!(e, FetchError::Stale) {
+                FsStats::add(&self.stats.stale_fetches, 1);
+            }
+            for g in run {
+                g.complete(Err(e.clone()));
+            }
+            return Err(e);
+        }
+        let counter = if readahead {
+            &self.stats.readahead_blocks
+        } else {
+            &self.stats.fetched_blocks
+        };
+        FsStats::add(counter, run.len() as u64);
+        let mut out = Vec::with_capacity(run.len());
+        for (i, g) in run.into_iter().enumerate() {
+            let s = i * bs as usize;
+            let e = ((i + 1) * bs as usize).min(buf.len());
+            // One allocation per block, so evicting one block frees its memory.
+            let block = Bytes::copy_from_slice(&buf[s..e]);
+            let key = *g.key();
+            self.cache.insert(key, block.clone());
+            g.complete(Ok(block.clone()));
+            out.push((key.idx, block));
+        }
+        Ok(out)
+    }
+
+    /// Detects sequential reading and schedules the blocks ahead on the read-ahead pool.
+    fn read_ahead(self: &Arc<Self>, of: &Arc<OpenFile<S>>, v: &Version, span: &Span) {
+        let max_blocks = self.cfg.readahead_max / self.cfg.block_size;
+        if max_blocks == 0 {
+            return;
+        }
+        let nblocks = v.fp.size.div_ceil(self.cfg.block_size);
+        let (from, to) = {
+            let mut ra = of.ra.lock();
+            let sequential = span.first <= ra.next && span.last + 1 >= ra.next && ra.next > 0
+                || span.first == 0 && span.offset == 0;
+            if !sequential {
+                ra.window = 0;
+                ra.scheduled_to = 0;
+                ra.next = span.last + 1;
+                return;
+            }
+            ra.next = span.last + 1;
+            ra.window = (ra.window * 2).clamp(4, max_blocks);
+            let ahead = ra.scheduled_to.saturating_sub(span.last + 1);
+            if ahead > ra.window / 2 {
+                return; // enough is already on its way
+            }
+            let from = ra.scheduled_to.max(span.last + 1);
+            let to = (span.last + ra.window).min(nblocks.saturating_sub(1));
+            if from > to {
+                return;
+            }
+            ra.scheduled_to = to + 1;
+            (from, to)
+        };
+        let (fs, of, gen) = (self.clone(), of.clone(), v.gen);
+        self.ra_pool.spawn(move || {
+            let _r = of.state.rw.read();
+            let v = of.state.version();
+            if v.gen != gen {
+                return; // the file changed; this read-ahead is for a version that is gone
+            }
+            let idxs: Vec<u64> = (from..=to)
+                .filter(|&i| !fs.cache.contains(&fs.key(&of, gen, i)))
+                .collect();
+            let _ = fs.load_blocks(&of, &v, &idxs, false);
+        });
+    }
+}

@@ -1,0 +1,54 @@
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters of the filesystem core.
+#[derive(Default)]
+pub struct FsStats {
+    pub read_requests: AtomicU64,
+    pub read_bytes: AtomicU64,
+    /// Read requests answered entirely from the RAM tier.
+    pub read_ram_only: AtomicU64,
+    pub write_requests: AtomicU64,
+    pub write_bytes: AtomicU64,
+    /// Blocks fetched from the backing store for a reader that was waiting.
+    pub fetched_blocks: AtomicU64,
+    /// Blocks fetched ahead of the reader.
+    pub readahead_blocks: AtomicU64,
+    /// Misses that waited for another reader's fetch of the same block.
+    pub singleflight_waits: AtomicU64,
+    /// Fetches discarded because the backing file changed while they ran.
+    pub stale_fetches: AtomicU64,
+    /// Times a backing file was found changed behind our back (its cached blocks dropped).
+    pub version_changes: AtomicU64,
+}
+
+/// Everything `tierfs stats` shows, as one serializable snapshot.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StatsSnapshot {
+    pub store_id: String,
+    pub block_size: u64,
+    pub ram: tierfs_cache::RamStats,
+    pub backing: crate::BackingStats,
+    pub read_requests: u64,
+    pub read_bytes: u64,
+    pub read_ram_only: u64,
+    pub write_requests: u64,
+    pub write_bytes: u64,
+    pub fetched_blocks: u64,
+    pub readahead_blocks: u64,
+    pub singleflight_waits: u64,
+    pub stale_fetches: u64,
+    pub version_changes: u64,
+    pub inodes: u64,
+    pub file_states: u64,
+    pub open_files: u64,
+    pub open_dirs: u64,
+}
+
+impl FsStats {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+    pub(crate) fn get(c: &AtomicU64) -> u64 {
+        c.load(Relaxed)
+    }
+}

@@ -1,0 +1,83 @@
+//! The write path (write-through): the backing store first, then the cached blocks and the
+//! fingerprint, under the file's exclusive lock, so a concurrent reader sees all of a write
+//! or none of it.
+
+use crate::fs::Fs;
+use crate::stats::FsStats;
+use bytes::Bytes;
+use tierfs_cache::BlockKey;
+use tierfs_store::{Result, Store};
+
+impl<S: Store> Fs<S> {
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let of = self.open_file(fh)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let _w = of.state.rw.write();
+        // The cached blocks must belong to what the backing file holds now, or patching them
+        // would mix versions.
+        let before = self.store.fstat(&of.handle)?;
+        self.observe(&of.state, &before);
+        let v = of.state.version();
+        let at = match self.store.write(&of.handle, offset, data) {
+            Ok(at) => at,
+            Err(e) => {
+                // Part of it may have landed.
+                of.state.invalidate(None);
+                return Err(e);
+            }
+        };
+        FsStats::add(&self.stats.write_requests, 1);
+        FsStats::add(&self.stats.write_bytes, data.len() as u64);
+        let Ok(after) = self.store.fstat(&of.handle) else {
+            of.state.invalidate(None);
+            return Ok(data.len() as u32);
+        };
+        let end = at + data.len() as u64;
+        if after.size != v.fp.size.max(end) {
+            // Someone else changed the file at the same time: we cannot tell what it holds.
+            of.state.invalidate(Some(&after));
+        } else {
+            self.patch_blocks(of.state.backing_ino, v.gen, v.fp.size, at, data, after.size);
+            of.state.set_after_own_write(v.gen, &after);
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Applies a write that landed at `at` to the cached blocks of generation `gen`: cached
+    /// blocks are patched (and zero-extended where the file grew), blocks the write covers
+    /// whole are inserted, others are left to be fetched.
+    fn patch_blocks(&self, ino: u64, gen: u64, old_size: u64, at: u64, data: &[u8], new_size: u64) {
+        let bs = self.cfg.block_size;
+        let end = at + data.len() as u64;
+        let mut idxs: Vec<u64> = (at / bs..=(end - 1) / bs).collect();
+        if !old_size.is_multiple_of(bs) && at > old_size && old_size / bs < at / bs {
+            idxs.insert(0, old_size / bs); // the old last block, now followed by zeros
+        }
+        for idx in idxs {
+            let bstart = idx * bs;
+            let blen = bs.min(new_size.saturating_sub(bstart));
+            if blen == 0 {
+                continue;
+            }
+            let key = BlockKey { ino, gen, idx };
+            let old = self.cache.peek(&key);
+            let covers = at <= bstart && end >= bstart + blen;
+            if old.is_none() && !covers {
+                continue;
+            }
+            let mut buf = vec![0u8; blen as usize];
+            if let Some(o) = &old {
+                let n = o.len().min(buf.len());
+                buf[..n].copy_from_slice(&o[..n]);
+            }
+            let (s, e) = (at.max(bstart), end.min(bstart + blen));
+            if s < e {
+                buf[(s - bstart) as usize..(e - bstart) as usize]
+                    .copy_from_slice(&data[(s - at) as usize..(e - at) as usize]);
+            }
+            self.cache.insert(key, Bytes::from(buf));
+        }
+    }
+}

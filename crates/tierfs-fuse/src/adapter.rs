@@ -1,0 +1,548 @@
+use crate::attr::{file_attr, kind, timespec};
+use fuser::{
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tierfs_fs::{Fs, Pool, Requester, SetAttr, Store, TimeUpdate};
+
+pub struct Adapter<S: Store> {
+    pub fs: Arc<Fs<S>>,
+    pub pool: Pool,
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+}
+
+fn errno(e: tierfs_fs::Errno) -> Errno {
+    Errno::from_i32(e.0)
+}
+
+fn requester(req: &Request) -> Requester {
+    Requester {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn time_update(t: Option<TimeOrNow>) -> Option<TimeUpdate> {
+    t.map(|t| match t {
+        TimeOrNow::Now => TimeUpdate::Now,
+        TimeOrNow::SpecificTime(st) => TimeUpdate::Set(timespec(st)),
+    })
+}
+
+fn open_flags(keep_cache: bool) -> FopenFlags {
+    if keep_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    }
+}
+
+/// Replies with xattr data, or its size when the caller asked for the size (size 0).
+fn reply_xattr(reply: ReplyXattr, size: u32, data: tierfs_fs::Result<Vec<u8>>) {
+    match data {
+        Err(e) => reply.error(errno(e)),
+        Ok(d) if size == 0 => reply.size(d.len() as u32),
+        Ok(d) if d.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(d) => reply.data(&d),
+    }
+}
+
+impl<S: Store> Adapter<S> {
+    fn empty(reply: ReplyEmpty, r: tierfs_fs::Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// Runs `job` on the I/O pool with its own handle on the adapter's state.
+    fn spawn(&self, job: impl FnOnce(&Arc<Fs<S>>, Duration, Duration) + Send + 'static) {
+        let (fs, at, et) = (self.fs.clone(), self.attr_ttl, self.entry_ttl);
+        self.pool.spawn(move || job(&fs, at, et));
+    }
+
+    fn readdir_common(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(&tierfs_fs::DirEntryOut) -> bool,
+    ) -> tierfs_fs::Result<()> {
+        let _ = ino;
+        for e in self.fs.readdir(fh.0, offset)? {
+            if add(&e) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn entry_reply(
+    reply: ReplyEntry,
+    at: Duration,
+    et: Duration,
+    r: tierfs_fs::Result<tierfs_fs::Entry>,
+) {
+    match r {
+        Ok(e) => reply.entry_with_ttls(&at, &et, &file_attr(&e.attr), Generation(0)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl<S: Store> Filesystem for Adapter<S> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each capability is asked for alone: an old kernel lacking one still mounts.
+        for cap in [
+            // Without it, O_DIRECT reads from applications are serialized (FUSE-NOTES 1).
+            InitFlags::FUSE_ASYNC_DIO,
+            // The kernel drops a file's pages when getattr shows its mtime or size moved:
+            // changes behind our back are not served from the page cache.
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+        ] {
+            let _ = config.add_capabilities(cap);
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(128);
+        let _ = config.set_congestion_threshold(96);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_owned();
+        self.spawn(move |fs, at, et| entry_reply(reply, at, et, fs.lookup(parent.0, &name)));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(move |fs, at, _| match fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&at, &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time_update(atime),
+            mtime: time_update(mtime),
+        };
+        self.spawn(
+            move |fs, at, _| match fs.setattr(ino.0, fh.map(|f| f.0), &set) {
+                Ok(a) => reply.attr(&at, &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            },
+        );
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(move |fs, _, _| match fs.readlink(ino.0) {
+            Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let (name, r) = (name.to_owned(), requester(req));
+        self.spawn(move |fs, at, et| {
+            entry_reply(
+                reply,
+                at,
+                et,
+                fs.mknod(parent.0, &name, mode, rdev as u64, r),
+            )
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let (name, r) = (name.to_owned(), requester(req));
+        self.spawn(move |fs, at, et| {
+            entry_reply(reply, at, et, fs.mkdir(parent.0, &name, mode, r))
+        });
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.unlink(parent.0, &name)));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.rmdir(parent.0, &name)));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (name, target, r) = (
+            link_name.to_owned(),
+            target.as_os_str().to_owned(),
+            requester(req),
+        );
+        self.spawn(move |fs, at, et| {
+            entry_reply(reply, at, et, fs.symlink(parent.0, &name, &target, r))
+        });
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = (name.to_owned(), newname.to_owned());
+        self.spawn(move |fs, _, _| {
+            Self::empty(
+                reply,
+                fs.rename(parent.0, &name, newparent.0, &newname, flags.bits()),
+            )
+        });
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let newname = newname.to_owned();
+        self.spawn(move |fs, at, et| {
+            entry_reply(reply, at, et, fs.link(ino.0, newparent.0, &newname))
+        });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(move |fs, _, _| match fs.open(ino.0, flags.0) {
+            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache)),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        // RAM-tier hits are answered right here, without a thread hand-off.
+        if let Some(data) = self.fs.read_cached(fh.0, offset, size) {
+            reply.data(&data);
+            return;
+        }
+        self.spawn(move |fs, _, _| match fs.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let data = data.to_vec();
+        self.spawn(move |fs, _, _| match fs.write(fh.0, offset, &data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Write-through: every write is already in the backing store when it is acknowledged.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.fsync(fh.0, datasync)));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(move |fs, _, _| match fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.readdir_common(ino, fh, offset, |e| {
+            reply.add(INodeNo(e.ino), e.next_offset, kind(e.kind), &e.name)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.spawn(move |fs, at, et| {
+            let entries = match fs.readdir(fh.0, offset) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
+            };
+            let dir_attr = match fs.getattr(ino.0) {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(e)),
+            };
+            for e in entries {
+                let dot = e.name == "." || e.name == "..";
+                // The kernel takes a lookup reference on every entry but . and .. it links.
+                let (attr, counted) = if dot {
+                    (dir_attr, false)
+                } else {
+                    match fs.lookup(ino.0, &e.name) {
+                        Ok(entry) => (entry.attr, true),
+                        Err(_) => continue, // gone since opendir
+                    }
+                };
+                let ttl = if dot { Duration::ZERO } else { at.min(et) };
+                if reply.add(
+                    INodeNo(attr.ino),
+                    e.next_offset,
+                    &e.name,
+                    &ttl,
+                    &file_attr(&attr),
+                    Generation(0),
+                ) {
+                    if counted {
+                        fs.forget(attr.ino, 1);
+                    }
+                    break;
+                }
+            }
+            reply.ok();
+        });
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.fsyncdir(ino.0, datasync)));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(move |fs, _, _| match fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (name, value) = (name.to_owned(), value.to_vec());
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.setxattr(ino.0, &name, &value, flags)));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.to_owned();
+        self.spawn(move |fs, _, _| reply_xattr(reply, size, fs.getxattr(ino.0, &name)));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(move |fs, _, _| reply_xattr(reply, size, fs.listxattr(ino.0)));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.removexattr(ino.0, &name)));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (name, r) = (name.to_owned(), requester(req));
+        self.spawn(
+            move |fs, at, _| match fs.create(parent.0, &name, mode, flags, r) {
+                Ok((e, o)) => reply.created(
+                    &at,
+                    &file_attr(&e.attr),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    open_flags(o.keep_cache),
+                ),
+                Err(e) => reply.error(errno(e)),
+            },
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.fallocate(fh.0, mode, offset, length)));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        self.spawn(move |fs, _, _| match fs.lseek(fh.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+}
