@@ -1,0 +1,197 @@
+//! Test harness: real FUSE mounts, always torn down (lazily, even after a panic or a hang),
+//! and every test body run under a watchdog so a hung daemon fails the test instead of
+//! hanging CI.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+use tierfs_store::{FaultConfig, FaultStore, PosixStore};
+
+pub fn tierfs_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tierfs")
+}
+
+/// Runs `body` on its own thread; if it does not finish within `limit`, every mount under
+/// `mounts` is aborted and the test fails.
+pub fn with_timeout<T: Send + 'static>(
+    limit: Duration,
+    mounts: Vec<PathBuf>,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        let _ = tx.send(());
+        r
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) => match h.join().expect("joined") {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(_) => {
+            for m in &mounts {
+                abort_mount(m);
+            }
+            panic!("test timed out after {limit:?}; mounts aborted: {mounts:?}");
+        }
+    }
+}
+
+/// Aborts the FUSE connection of the mount at `mnt` (unblocking every process waiting on it)
+/// and detaches it.
+pub fn abort_mount(mnt: &Path) {
+    if let Ok(Some(m)) = tierfs_fuse::find_mount(mnt) {
+        if let Some(minor) = m.dev.split(':').nth(1) {
+            let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+        }
+    }
+    let _ = Command::new("fusermount3").arg("-uz").arg(mnt).status();
+}
+
+pub fn is_mounted(mnt: &Path) -> bool {
+    let canon = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
+    matches!(tierfs_fuse::find_mount(&canon), Ok(Some(m)) if m.fstype == "fuse.tierfs")
+}
+
+/// A `tierfs mount` run as a user would run it: the real binary, daemonized.
+pub struct BinMount {
+    pub dir: tempfile::TempDir,
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    pub cache: PathBuf,
+}
+
+impl BinMount {
+    pub fn new(opts: &[&str]) -> BinMount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backing = dir.path().join("backing");
+        let mnt = dir.path().join("mnt");
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        let m = BinMount {
+            dir,
+            backing,
+            mnt,
+            cache,
+        };
+        m.mount(opts);
+        m
+    }
+
+    pub fn mount(&self, opts: &[&str]) {
+        let mut cmd = Command::new("timeout");
+        cmd.arg("30")
+            .arg(tierfs_bin())
+            .arg("mount")
+            .arg(&self.backing)
+            .arg(&self.mnt);
+        cmd.arg("--cache-dir").arg(&self.cache);
+        for o in opts {
+            cmd.arg("-o").arg(o);
+        }
+        let out = cmd.output().expect("run tierfs mount");
+        assert!(
+            out.status.success(),
+            "tierfs mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            is_mounted(&self.mnt),
+            "not mounted after tierfs mount returned"
+        );
+    }
+
+    pub fn unmount(&self) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status()
+            .unwrap();
+        assert!(st.success(), "fusermount3 -u failed");
+    }
+
+    /// `tierfs stats --json`, parsed.
+    pub fn stats(&self) -> serde_json::Value {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(tierfs_bin())
+            .args(["stats", "--json"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tierfs stats: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("stats JSON")
+    }
+}
+
+impl Drop for BinMount {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .status();
+        }
+    }
+}
+
+/// A mount served in this process over a fault-injecting store, for failure tests.
+pub struct FaultMount {
+    pub dir: tempfile::TempDir,
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    pub faults: Arc<FaultConfig>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FaultMount {
+    pub fn new(cfg: tierfs_fs::FsConfig, prepare: impl FnOnce(&Path)) -> FaultMount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backing = dir.path().join("backing");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        prepare(&backing);
+        let faults = FaultConfig::new();
+        let store = FaultStore::new(PosixStore::open(&backing).unwrap(), faults.clone());
+        let fs = tierfs_fs::Fs::new(store, cfg).expect("fs");
+        let fuse_cfg = tierfs_fuse::FuseConfig {
+            attr_ttl: Duration::ZERO,
+            entry_ttl: Duration::ZERO,
+            ..Default::default()
+        };
+        let mounted = tierfs_fuse::mount(fs, &mnt, &fuse_cfg).expect("mount");
+        let thread = std::thread::spawn(move || {
+            let _ = mounted.run();
+        });
+        FaultMount {
+            dir,
+            backing,
+            mnt,
+            faults,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FaultMount {
+    fn drop(&mut self) {
+        self.faults.set_hung(false);
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

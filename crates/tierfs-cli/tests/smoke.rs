@@ -1,0 +1,35 @@
+mod common;
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn mount_read_write_stats_unmount() {
+    let m = BinMount::new(&["ram.max=64M"]);
+    std::fs::write(m.backing.join("hello"), b"hello world").unwrap();
+    let mnt = m.mnt.clone();
+    let backing = m.backing.clone();
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"hello world");
+        std::fs::write(mnt.join("new"), b"through tierfs").unwrap();
+        assert_eq!(
+            std::fs::read(backing.join("new")).unwrap(),
+            b"through tierfs"
+        );
+    });
+    let st = m.stats();
+    assert!(st["backing"]["read"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(st["write_bytes"].as_u64().unwrap(), 14);
+    m.unmount();
+    assert!(!is_mounted(&m.mnt));
+}
+
+#[test]
+fn fault_mount_serves_reads() {
+    let m = FaultMount::new(tierfs_fs::FsConfig::default(), |b| {
+        std::fs::write(b.join("f"), b"abc").unwrap();
+    });
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(30), vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"abc");
+    });
+}
