@@ -584,10 +584,24 @@ impl Store for PosixStore {
             if name == b"." || name == b".." {
                 continue;
             }
+            // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
+            // would mislead `find` and friends, so ask the inode itself.
+            let kind = crate::FileKind::from_dirent_type(ent.d_type).or_else(|| {
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                let r = unsafe {
+                    libc::fstatat(
+                        libc::dirfd(dir),
+                        ent.d_name.as_ptr(),
+                        &mut st,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                (r == 0).then(|| crate::FileKind::from_mode(st.st_mode))
+            });
             out.push(DirEntry {
                 name: OsString::from_vec(name.to_vec()),
                 ino: ent.d_ino,
-                kind: crate::FileKind::from_dirent_type(ent.d_type),
+                kind,
             });
         };
         unsafe { libc::closedir(dir) };
