@@ -86,8 +86,24 @@ fn open_path_at(dirfd: RawFd, name: &CStr) -> Result<PosixNode> {
     Ok(PosixNode(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) })))
 }
 
-fn chown_node(node: &PosixNode, owner: Owner) -> Result<()> {
-    if let Some((uid, gid)) = owner {
+/// Gives a new object in `parent` its creator as owner.
+fn chown_node(parent: &PosixNode, node: &PosixNode, owner: Owner) -> Result<()> {
+    if let Some((uid, mut gid)) = owner {
+        // chown(2) clears S_ISUID/S_ISGID of a non-directory, even when done by root and even
+        // when the owner does not change: a file created with mode 04755 came out 0755 (found by
+        // tests/model.rs). So: no chown when the owner is already right, and otherwise the
+        // bits the creator asked for (the kernel has already stripped what it must) are put
+        // back afterwards.
+        let before = fstat_fd(node.fd())?;
+        // In a setgid directory a new object takes the directory's group, which the backing
+        // filesystem has already given it, not the creator's (tests/model.rs caught files in a
+        // setgid directory of group 1000 coming out group 0).
+        if fstat_fd(parent.fd())?.perm & libc::S_ISGID as u16 != 0 {
+            gid = before.gid;
+        }
+        if (before.uid, before.gid) == (uid, gid) {
+            return Ok(());
+        }
         let empty = c"";
         cvt(unsafe {
             libc::fchownat(
@@ -98,6 +114,9 @@ fn chown_node(node: &PosixNode, owner: Owner) -> Result<()> {
                 libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             )
         })?;
+        if before.kind != crate::FileKind::Symlink && before.perm & 0o6000 != 0 {
+            cvt(unsafe { libc::chmod(node.proc_path().as_ptr(), before.perm as libc::mode_t) })?;
+        }
     }
     Ok(())
 }
@@ -304,7 +323,7 @@ impl Store for PosixStore {
         let c = component(name)?;
         cvt(unsafe { libc::mknodat(parent.fd(), c.as_ptr(), mode, rdev) })?;
         let node = open_path_at(parent.fd(), &c)?;
-        chown_node(&node, owner)?;
+        chown_node(parent, &node, owner)?;
         let attr = fstat_fd(node.fd())?;
         Ok((node, attr))
     }
@@ -319,7 +338,7 @@ impl Store for PosixStore {
         let c = component(name)?;
         cvt(unsafe { libc::mkdirat(parent.fd(), c.as_ptr(), mode) })?;
         let node = open_path_at(parent.fd(), &c)?;
-        chown_node(&node, owner)?;
+        chown_node(parent, &node, owner)?;
         let attr = fstat_fd(node.fd())?;
         Ok((node, attr))
     }
@@ -336,7 +355,7 @@ impl Store for PosixStore {
         let t = CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
         cvt(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), c.as_ptr()) })?;
         let node = open_path_at(parent.fd(), &c)?;
-        chown_node(&node, owner)?;
+        chown_node(parent, &node, owner)?;
         let attr = fstat_fd(node.fd())?;
         Ok((node, attr))
     }
@@ -442,7 +461,7 @@ impl Store for PosixStore {
             )
         })?;
         let node = PosixNode(Arc::new(unsafe { OwnedFd::from_raw_fd(pfd) }));
-        chown_node(&node, owner)?;
+        chown_node(parent, &node, owner)?;
         let attr = fstat_fd(node.fd())?;
         Ok((
             node,
