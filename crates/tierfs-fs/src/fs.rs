@@ -2,7 +2,7 @@
 
 use crate::counted::CountedStore;
 use crate::file_state::{FileState, Observed};
-use crate::inode::{Inode, InodeTable};
+use crate::inode::{now_ms, Inode, InodeTable};
 use crate::pool::Pool;
 use crate::read::{FetchResult, ReadAhead};
 use crate::stats::{FsStats, StatsSnapshot};
@@ -29,6 +29,10 @@ pub struct OpenReply {
     pub fh: u64,
     /// The file is unchanged since it was last opened: the kernel may keep its page cache.
     pub keep_cache: bool,
+    /// The file changed since the kernel was last given its attributes: the kernel must drop
+    /// them (it trusts them for attr_ttl, which follows meta.ttl and may be an hour), or it
+    /// would clip reads at a stale size and break close-to-open coherence.
+    pub attrs_stale: bool,
 }
 
 /// Who asked, for ownership of new objects.
@@ -71,7 +75,13 @@ pub struct Fs<S: Store> {
     pub(crate) stats: FsStats,
     pub(crate) ra_pool: Pool,
     as_root: bool,
+    /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
+    /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
+    estale: DashMap<u32, u64>,
 }
+
+/// How long the kernel may take to retry an open answered ESTALE.
+const ESTALE_RETRY_MS: u64 = 1000;
 
 impl<S: Store> Fs<S> {
     pub fn new(store: S, cfg: FsConfig) -> Result<Arc<Fs<S>>> {
@@ -90,6 +100,7 @@ impl<S: Store> Fs<S> {
             stats: FsStats::default(),
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
             as_root: unsafe { libc::geteuid() } == 0,
+            estale: DashMap::new(),
             store,
             cfg,
         }))
@@ -139,9 +150,20 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Entry> {
+        self.lookup_by(parent, name, 0)
+    }
+
+    /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
+    pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
         let p = self.inode(parent)?;
         let (node, attr) = self.store.lookup(&p.node, name)?;
-        Ok(self.entry(node, attr))
+        let e = self.entry(node, attr);
+        if pid != 0 {
+            if let Some(i) = self.inodes.get(e.ino) {
+                i.note_lookup(pid);
+            }
+        }
+        Ok(e)
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -293,9 +315,16 @@ impl<S: Store> Fs<S> {
     /// Opens a file. Close-to-open coherence: the backing file's fingerprint is checked here,
     /// every time; a change drops our cached blocks and the kernel's page cache.
     pub fn open(&self, ino: u64, flags: i32) -> Result<OpenReply> {
+        self.open_by(ino, flags, 0)
+    }
+
+    /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
+    pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
         let handle = if flags & libc::O_TRUNC != 0 {
+            // Never truncate a replaced file that others may still be reading.
+            self.check_not_replaced(&i, self.store.getattr(&i.node)?.nlink, pid)?;
             let _w = st.rw.write();
             let h = self.store.open(&i.node, flags)?;
             st.invalidate(None);
@@ -304,13 +333,59 @@ impl<S: Store> Fs<S> {
             self.store.open(&i.node, flags)?
         };
         let attr = self.store.fstat(&handle)?;
+        if flags & libc::O_TRUNC == 0 {
+            // (O_TRUNC checked before truncating.)
+            self.check_not_replaced(&i, attr.nlink, pid)?;
+        }
         let before = st.version().gen;
+        let opened_before = st.last_opened();
         let keep_cache = st.opened(&attr);
-        if st.version().gen != before {
+        let changed = st.version().gen != before;
+        if changed {
             FsStats::add(&self.stats.version_changes, 1);
         }
+        // The kernel's attributes came from a lookup/getattr (which observed the state's
+        // fingerprint) or from before the previous open; either way they are stale if the
+        // fingerprint moved since.
+        let attrs_stale = changed || opened_before.is_some_and(|fp| fp != attr.fingerprint());
         let fh = self.add_open_file(i, handle)?;
-        Ok(OpenReply { fh, keep_cache })
+        Ok(OpenReply {
+            fh,
+            keep_cache,
+            attrs_stale,
+        })
+    }
+
+    /// Close-to-open for names: fails an open of a file that no longer has a name (`nlink`
+    /// 0) in the backing store with ESTALE, unless this open is the kernel's retry of one.
+    fn check_not_replaced(&self, i: &Inode<St<S>>, nlink: u32, pid: u32) -> Result<()> {
+        if nlink == 0 {
+            // The backing file was deleted or renamed over behind our back, but the kernel
+            // still maps the name to it (it trusts names for entry_ttl, maybe an hour).
+            // ESTALE makes the VFS walk the path again with LOOKUP_REVAL, which asks us to
+            // look the name up afresh: the open then reaches the file the name holds now
+            // (close-to-open for the usual write-temp-and-rename update), or fails ENOENT.
+            // The VFS retries only once: if the file that retry found was itself replaced
+            // in the meantime (a burst of replacements), open it anyway rather than fail the
+            // application: the name held it during this very open(2), since this thread's
+            // own retry looked it up after our ESTALE.
+            let retry_since = self.estale.remove(&pid).map(|(_, t)| t);
+            let (looked_up, by) = i.looked_up();
+            let is_retry = pid != 0
+                && by == pid
+                && retry_since.is_some_and(|t| {
+                    looked_up >= t && now_ms().saturating_sub(t) <= ESTALE_RETRY_MS
+                });
+            if !is_retry {
+                if pid != 0 {
+                    self.estale.insert(pid, now_ms());
+                }
+                return Err(Errno::ESTALE);
+            }
+        } else if pid != 0 {
+            self.estale.remove(&pid);
+        }
+        Ok(())
     }
 
     pub fn create(
@@ -337,6 +412,7 @@ impl<S: Store> Fs<S> {
             OpenReply {
                 fh,
                 keep_cache: false,
+                attrs_stale: false,
             },
         ))
     }

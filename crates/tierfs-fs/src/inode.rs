@@ -21,6 +21,30 @@ pub struct Inode<S: Store> {
     lookups: AtomicU64,
     /// Cache state; regular files only.
     pub file: Option<Arc<FileState>>,
+    /// When ([`now_ms`]) and for which caller thread a lookup last resolved a name to this
+    /// inode: see `Fs::open_by`.
+    looked_up: parking_lot::Mutex<(u64, u32)>,
+}
+
+/// Milliseconds since first use (never 0), for cheap relative timestamps.
+pub(crate) fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
+impl<S: Store> Inode<S> {
+    pub(crate) fn note_lookup(&self, pid: u32) {
+        *self.looked_up.lock() = (now_ms(), pid);
+    }
+
+    /// (when, by which thread) of the last [`Inode::note_lookup`]; when is 0 if never.
+    pub(crate) fn looked_up(&self) -> (u64, u32) {
+        *self.looked_up.lock()
+    }
 }
 
 pub struct InodeTable<S: Store> {
@@ -53,6 +77,7 @@ impl<S: Store> InodeTable<S> {
                 kind: FileKind::Dir,
                 lookups: AtomicU64::new(1),
                 file: None,
+                looked_up: parking_lot::Mutex::new((0, 0)),
             }),
         );
         t
@@ -122,6 +147,7 @@ impl<S: Store> InodeTable<S> {
                 kind: attr.kind,
                 lookups: AtomicU64::new(0),
                 file,
+                looked_up: parking_lot::Mutex::new((0, 0)),
             })
         });
         entry.lookups.fetch_add(1, Relaxed);

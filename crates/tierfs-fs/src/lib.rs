@@ -15,6 +15,7 @@ mod write;
 
 pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};
+pub use file_state::RACY_WINDOW;
 pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
 pub use stats::{FsStats, StatsSnapshot};

@@ -2,7 +2,7 @@
 //! sequential read-ahead. Every fetch is checked against the file's fingerprint afterwards, so
 //! blocks of a version that changed mid-fetch are never cached or returned.
 
-use crate::file_state::Version;
+use crate::file_state::{racy, Version};
 use crate::fs::{Fs, OpenFile};
 use crate::stats::FsStats;
 use bytes::{Bytes, BytesMut};
@@ -271,18 +271,23 @@ impl<S: Store> Fs<S> {
             Ok(_) => match self.store.fstat(&of.handle) {
                 Err(e) => Err(FetchError::Errno(e)),
                 Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
-                Ok(_) => Ok(()),
+                // A write that started before our read may still be running: the same
+                // fingerprint does not prove these bytes are one version. Serve, don't cache.
+                Ok(a) => Ok(!racy(&a.fingerprint())),
             },
         };
-        if let Err(e) = outcome {
-            if matches!(e, FetchError::Stale) {
-                FsStats::add(&self.stats.stale_fetches, 1);
+        let cacheable = match outcome {
+            Ok(c) => c,
+            Err(e) => {
+                if matches!(e, FetchError::Stale) {
+                    FsStats::add(&self.stats.stale_fetches, 1);
+                }
+                for g in run {
+                    g.complete(Err(e.clone()));
+                }
+                return Err(e);
             }
-            for g in run {
-                g.complete(Err(e.clone()));
-            }
-            return Err(e);
-        }
+        };
         let counter = if readahead {
             &self.stats.readahead_blocks
         } else {
@@ -296,7 +301,9 @@ impl<S: Store> Fs<S> {
             // One allocation per block, so evicting one block frees its memory.
             let block = Bytes::copy_from_slice(&buf[s..e]);
             let key = *g.key();
-            self.cache.insert(key, block.clone());
+            if cacheable {
+                self.cache.insert(key, block.clone());
+            }
             g.complete(Ok(block.clone()));
             out.push((key.idx, block));
         }
@@ -306,7 +313,8 @@ impl<S: Store> Fs<S> {
     /// Detects sequential reading and schedules the blocks ahead on the read-ahead pool.
     fn read_ahead(self: &Arc<Self>, of: &Arc<OpenFile<S>>, v: &Version, span: &Span) {
         let max_blocks = self.cfg.readahead_max / self.cfg.block_size;
-        if max_blocks == 0 {
+        // Blocks of a racy version are not cached: fetching them ahead would be wasted.
+        if max_blocks == 0 || racy(&v.fp) {
             return;
         }
         let nblocks = v.fp.size.div_ceil(self.cfg.block_size);

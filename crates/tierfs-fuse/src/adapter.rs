@@ -1,13 +1,13 @@
 use crate::attr::{file_attr, kind, timespec};
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 use tierfs_fs::{Fs, Pool, Requester, SetAttr, Store, TimeUpdate};
 
@@ -16,6 +16,8 @@ pub struct Adapter<S: Store> {
     pub pool: Pool,
     pub attr_ttl: Duration,
     pub entry_ttl: Duration,
+    /// Set once the session exists: tells the kernel to drop attributes it must not trust.
+    pub notifier: Arc<OnceLock<Notifier>>,
 }
 
 fn errno(e: tierfs_fs::Errno) -> Errno {
@@ -123,9 +125,11 @@ impl<S: Store> Filesystem for Adapter<S> {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let name = name.to_owned();
-        self.spawn(move |fs, at, et| entry_reply(reply, at, et, fs.lookup(parent.0, &name)));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let (name, pid) = (name.to_owned(), req.pid());
+        self.spawn(move |fs, at, et| {
+            entry_reply(reply, at, et, fs.lookup_by(parent.0, &name, pid))
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -277,9 +281,22 @@ impl<S: Store> Filesystem for Adapter<S> {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(move |fs, _, _| match fs.open(ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache)),
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let (notifier, pid) = (self.notifier.clone(), req.pid());
+        self.spawn(move |fs, _, _| match fs.open_by(ino.0, flags.0, pid) {
+            Ok(o) => {
+                if o.attrs_stale {
+                    // Close-to-open: the file changed behind our back, and the kernel would
+                    // keep its old size (and clip reads to it) until attr_ttl runs out.
+                    // Offset -1: attributes only; the page cache is dropped by the open
+                    // reply itself (no FOPEN_KEEP_CACHE). Sent before the reply, so the
+                    // caller's first read already asks for fresh attributes.
+                    if let Some(n) = notifier.get() {
+                        let _ = n.inval_inode(ino, -1, 0);
+                    }
+                }
+                reply.opened(FileHandle(o.fh), open_flags(o.keep_cache))
+            }
             Err(e) => reply.error(errno(e)),
         });
     }

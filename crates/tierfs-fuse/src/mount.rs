@@ -135,11 +135,13 @@ pub fn mount<S: Store>(
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
+    let notifier = Arc::new(std::sync::OnceLock::new());
     let adapter = Adapter {
         fs,
         pool: Pool::new("tierfs-io", cfg.io_threads),
         attr_ttl: cfg.attr_ttl,
         entry_ttl: cfg.entry_ttl,
+        notifier: notifier.clone(),
     };
     let own_mount = unsafe { libc::geteuid() } == 0;
     let session = if own_mount {
@@ -149,6 +151,7 @@ pub fn mount<S: Store>(
         // fusermount3 mounts for unprivileged users (and sets the fuse.tierfs type itself).
         Session::new(adapter, mountpoint, &config)?
     };
+    let _ = notifier.set(session.notifier());
     if cfg.read_ahead_kb > 0 {
         if let Err(e) = set_read_ahead(mountpoint, cfg.read_ahead_kb) {
             tracing::info!(
