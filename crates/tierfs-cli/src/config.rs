@@ -241,7 +241,14 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("config file {}", path.display()))?;
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            anyhow::anyhow!("config file {}: {}", path.display(), e.message())
+            // toml's message may span lines ("invalid table header\nexpected ..."): the user
+            // gets one line, with the line number the error is on.
+            let line = e
+                .span()
+                .map(|sp| format!(" (line {})", text[..sp.start].matches('\n').count() + 1))
+                .unwrap_or_default();
+            let msg: Vec<&str> = e.message().lines().map(str::trim).collect();
+            anyhow::anyhow!("config file {}: {}{line}", path.display(), msg.join(", "))
         })?;
         let mut flat = Vec::new();
         flatten("", &toml::Value::Table(table), &mut flat)

@@ -113,6 +113,12 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Err(e) = &result {
         tracing::error!("{e:#}");
     }
+    if !args.foreground {
+        // The daemon: an error before the mount was up went to the parent, which printed it
+        // as its one line; later ones go to the log (stderr is /dev/null by then). Printing
+        // here too would give the user two lines.
+        std::process::exit(if result.is_ok() { 0 } else { 1 });
+    }
     result
 }
 
@@ -214,27 +220,38 @@ fn serve(
             let _ = w.write_all(msg.as_bytes());
         }
     };
+    let socket = cache_dir.join(control::SOCKET_NAME);
+    // Everything that can fail is done before mounting (a failure after it would leave a dead
+    // mount behind, e.g. a cache dir path too long for a unix socket) and reported through
+    // `ready`, so the parent prints it as its one line.
     let setup = (|| -> Result<_> {
         let fs = tierfs_fs::Fs::new(store, config.fs.clone())
             .map_err(|e| anyhow::anyhow!("backing store: {e}"))?;
-        let mounted = tierfs_fuse::mount(fs.clone(), mountpoint, &config.fuse)
-            .map_err(|e| anyhow::anyhow!("mount {}: {e}", mountpoint.display()))?;
-        Ok((fs, mounted))
+        let stats_fs = fs.clone();
+        control::serve(&socket, move |cmd| match cmd {
+            "stats" => serde_json::to_string(&stats_fs.stats())
+                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+            other => {
+                serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string()
+            }
+        })?;
+        let signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])?;
+        let mounted = tierfs_fuse::mount(fs.clone(), mountpoint, &config.fuse).map_err(|e| {
+            let _ = std::fs::remove_file(&socket);
+            anyhow::anyhow!("mount {}: {e}", mountpoint.display())
+        })?;
+        Ok((fs, mounted, signals))
     })();
-    let (fs, mut mounted) = match setup {
+    let (fs, mut mounted, mut signals) = match setup {
         Ok(x) => x,
         Err(e) => {
             report(&mut ready, &format!("{e:#}"));
             return Err(e);
         }
     };
-    let socket = cache_dir.join(control::SOCKET_NAME);
-    let stats_fs = fs.clone();
-    control::serve(&socket, move |cmd| match cmd {
-        "stats" => serde_json::to_string(&stats_fs.stats())
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
-        other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
-    })?;
     let registry = tierfs_fuse::mount_device(mountpoint).ok().and_then(|dev| {
         control::register(&dev, &socket)
             .map_err(|e| tracing::warn!("{e:#}"))
@@ -244,11 +261,7 @@ fn serve(
     // SIGINT/SIGTERM: unmount cleanly; the session loop then ends and we exit 0.
     let mut unmounter = mounted.unmounter();
     let mp = mountpoint.to_path_buf();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])?;
-    std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("tierfs-signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
@@ -262,7 +275,11 @@ fn serve(
                         .status();
                 }
             }
-        })?;
+        });
+    if let Err(e) = spawned {
+        // Mounted already: serve without clean unmount on signals rather than leave it dead.
+        tracing::warn!("no signal thread ({e}): SIGTERM will not unmount");
+    }
 
     tracing::info!(
         "mounted {} on {} (cache dir {}, ram.max {} bytes, block {} bytes)",
