@@ -83,6 +83,26 @@ impl BinMount {
         m
     }
 
+    /// Like [`BinMount::new`], but BACKING and MOUNTPOINT are at the given paths relative to
+    /// the temporary directory (created, with their parents), e.g. so that `BACKING/..` and
+    /// `MOUNTPOINT/..` are different directories.
+    pub fn new_at(backing: &str, mnt: &str, opts: &[&str]) -> BinMount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backing = dir.path().join(backing);
+        let mnt = dir.path().join(mnt);
+        let cache = dir.path().join("cache");
+        std::fs::create_dir_all(&backing).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let m = BinMount {
+            dir,
+            backing,
+            mnt,
+            cache,
+        };
+        m.mount(opts);
+        m
+    }
+
     pub fn mount(&self, opts: &[&str]) {
         let mut cmd = Command::new("timeout");
         cmd.arg("30")

@@ -1,0 +1,348 @@
+//! Bad input to `tierfs`: each case must end, within a timeout, with a non-zero exit and
+//! exactly one line on stderr that starts with "tierfs:" and names the culprit, and must leave
+//! nothing mounted.
+
+mod common;
+use common::*;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A scratch layout: `b` (a valid BACKING), `m` (a valid mount point), `c` (cache dir root),
+/// `file` (a regular file).
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["b", "m"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        std::fs::write(dir.path().join("file"), b"not a directory").unwrap();
+        Scratch { dir }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+fn tierfs<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let start = Instant::now();
+    let out = Command::new("timeout")
+        .args(["-k", "5", "20"])
+        .arg(tierfs_bin())
+        .args(args)
+        .output()
+        .expect("run tierfs");
+    assert!(
+        !matches!(out.status.code(), Some(124) | Some(137))
+            && start.elapsed() < Duration::from_secs(20),
+        "tierfs did not finish in time: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Asserts the failure shape and returns the one line.
+fn one_line_error(out: &Output, culprit: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit status 0; stderr: {stderr}");
+    let text = stderr.trim();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "want exactly one line on stderr, got:\n{stderr}"
+    );
+    assert!(lines[0].starts_with("tierfs:"), "{stderr}");
+    assert!(
+        lines[0].contains(culprit),
+        "stderr does not name {culprit:?}: {stderr}"
+    );
+    lines[0].to_string()
+}
+
+/// Nothing at all is mounted at `mnt` (not tierfs, not a dead FUSE mount).
+fn nothing_mounted(mnt: &Path) {
+    let canon = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
+    let m = tierfs_fuse::find_mount(&canon).unwrap();
+    assert!(m.is_none(), "left mounted at {}: {m:?}", canon.display());
+}
+
+fn mount_args(s: &Scratch, backing: &Path, mnt: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let mut a: Vec<PathBuf> = vec!["mount".into(), backing.into(), mnt.into()];
+    a.push("--cache-dir".into());
+    a.push(s.p("c"));
+    a.extend(extra.iter().map(PathBuf::from));
+    a
+}
+
+#[test]
+fn missing_backing() {
+    let s = Scratch::new();
+    let missing = s.p("no-such-backing");
+    let out = tierfs(mount_args(&s, &missing, &s.p("m"), &[]));
+    let line = one_line_error(&out, &missing.display().to_string());
+    assert!(line.contains("No such file or directory"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn backing_is_a_file() {
+    let s = Scratch::new();
+    let out = tierfs(mount_args(&s, &s.p("file"), &s.p("m"), &[]));
+    let line = one_line_error(&out, &s.p("file").display().to_string());
+    assert!(line.contains("Not a directory"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn missing_mountpoint() {
+    let s = Scratch::new();
+    let missing = s.p("no-such-mnt");
+    let out = tierfs(mount_args(&s, &s.p("b"), &missing, &[]));
+    one_line_error(&out, &missing.display().to_string());
+    assert!(!missing.exists());
+}
+
+#[test]
+fn mountpoint_is_a_file() {
+    let s = Scratch::new();
+    let out = tierfs(mount_args(&s, &s.p("b"), &s.p("file"), &[]));
+    one_line_error(&out, &s.p("file").display().to_string());
+    nothing_mounted(&s.p("file"));
+}
+
+/// A second tierfs on a mount point that already has one: refused, and the first mount keeps
+/// serving.
+#[test]
+fn busy_mountpoint() {
+    let first = BinMount::new(&["ram.max=16M"]);
+    std::fs::write(first.backing.join("f"), b"first").unwrap();
+    let s = Scratch::new();
+    let mnt = first.mnt.clone();
+    let out = with_timeout(Duration::from_secs(60), vec![mnt.clone()], move || {
+        let out = tierfs(mount_args(&s, &s.p("b"), &mnt, &[]));
+        assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"first");
+        out
+    });
+    let line = one_line_error(&out, &first.mnt.display().to_string());
+    assert!(line.contains("busy"), "{line}");
+    // Still exactly one mount there, the first one.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let at = format!(" {} ", first.mnt.display());
+    assert_eq!(
+        mounts.lines().filter(|l| l.contains(&at)).count(),
+        1,
+        "{mounts}"
+    );
+    first.unmount();
+    nothing_mounted(&first.mnt);
+}
+
+/// A cache dir that cannot be created: its parent is a regular file. (Root bypasses
+/// permission bits, so chmod 000 would not make a directory unwritable in CI.)
+#[test]
+fn cache_dir_under_a_regular_file() {
+    let s = Scratch::new();
+    let cache = s.p("file/cache");
+    let out = tierfs([
+        OsStr::new("mount"),
+        s.p("b").as_os_str(),
+        s.p("m").as_os_str(),
+        OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+    ]);
+    let line = one_line_error(&out, &cache.display().to_string());
+    assert!(line.contains("Not a directory"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+/// A tmpfs mounted for the test, detached (lazily) when dropped.
+struct TmpfsMount(PathBuf);
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A cache dir on a read-only filesystem: both a cache dir that would have to be created
+/// there, and one that exists but cannot be written (the lock file cannot be created).
+/// Needs root to mount a tmpfs.
+#[test]
+fn cache_dir_on_read_only_filesystem() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a read-only tmpfs needs root");
+        return;
+    }
+    let s = Scratch::new();
+    let ro = s.p("ro");
+    std::fs::create_dir(&ro).unwrap();
+    sh(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .arg(&ro));
+    let _guard = TmpfsMount(ro.clone());
+    std::fs::create_dir(ro.join("existing")).unwrap();
+    sh(Command::new("mount").args(["-o", "remount,ro"]).arg(&ro));
+    assert!(
+        std::fs::create_dir(ro.join("probe")).is_err(),
+        "tmpfs is not read-only"
+    );
+
+    for cache in [ro.join("new"), ro.join("existing")] {
+        let out = tierfs([
+            OsStr::new("mount"),
+            s.p("b").as_os_str(),
+            s.p("m").as_os_str(),
+            OsStr::new("--cache-dir"),
+            cache.as_os_str(),
+        ]);
+        let line = one_line_error(&out, &cache.display().to_string());
+        assert!(line.contains("Read-only file system"), "{line}");
+        nothing_mounted(&s.p("m"));
+    }
+}
+
+/// A cache dir whose control socket path is too long for a unix socket: this failure comes
+/// after the daemon has forked, so it checks that the error still reaches the user as one line
+/// (it used to print two: the daemon's and the parent's "the daemon exited before the mount
+/// was ready") and that no dead mount is left behind (the socket used to be bound after the
+/// mount was made, and its failure left the mount point disconnected).
+#[test]
+fn cache_dir_too_long_for_control_socket() {
+    let s = Scratch::new();
+    let cache = s.p(&"x".repeat(120));
+    let out = tierfs([
+        OsStr::new("mount"),
+        s.p("b").as_os_str(),
+        s.p("m").as_os_str(),
+        OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+    ]);
+    let line = one_line_error(&out, "control.sock");
+    assert!(line.contains("control socket"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn unknown_option_key() {
+    let s = Scratch::new();
+    let out = tierfs(mount_args(&s, &s.p("b"), &s.p("m"), &["-o", "ram.maxx=1G"]));
+    let line = one_line_error(&out, "ram.maxx");
+    assert!(line.contains("unknown option"), "{line}");
+    nothing_mounted(&s.p("m"));
+    assert!(
+        !s.p("c").exists(),
+        "bad options must be refused before touching the cache dir"
+    );
+}
+
+#[test]
+fn unknown_bare_option() {
+    let s = Scratch::new();
+    let out = tierfs(mount_args(&s, &s.p("b"), &s.p("m"), &["-o", "rw,bogus"]));
+    one_line_error(&out, "bogus");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn malformed_option_value() {
+    let s = Scratch::new();
+    for (opt, culprit) in [
+        ("ram.max=lots", "lots"),
+        ("meta.ttl=soon", "soon"),
+        ("ram.block_size=3000", "ram.block_size"),
+        ("fuse.threads=0", "fuse.threads"),
+    ] {
+        let out = tierfs(mount_args(&s, &s.p("b"), &s.p("m"), &["-o", opt]));
+        let line = one_line_error(&out, culprit);
+        assert!(line.contains(opt.split('=').next().unwrap()), "{line}");
+        nothing_mounted(&s.p("m"));
+    }
+}
+
+#[test]
+fn malformed_config_file() {
+    let s = Scratch::new();
+    let f = s.p("bad.toml");
+    std::fs::write(&f, "[ram]\nmax = \"1G\"\n[meta\nttl = 1\n").unwrap();
+    let out = tierfs(mount_args(
+        &s,
+        &s.p("b"),
+        &s.p("m"),
+        &["--config", f.to_str().unwrap()],
+    ));
+    let line = one_line_error(&out, &f.display().to_string());
+    assert!(line.contains("line 3"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn config_file_with_unknown_key() {
+    let s = Scratch::new();
+    let f = s.p("unknown.toml");
+    std::fs::write(&f, "[ram]\nmax = \"1G\"\nmaxx = \"2G\"\n").unwrap();
+    let out = tierfs(mount_args(
+        &s,
+        &s.p("b"),
+        &s.p("m"),
+        &["--config", f.to_str().unwrap()],
+    ));
+    let line = one_line_error(&out, &f.display().to_string());
+    assert!(line.contains("ram.maxx"), "{line}");
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn missing_config_file() {
+    let s = Scratch::new();
+    let f = s.p("missing.toml");
+    let out = tierfs(mount_args(
+        &s,
+        &s.p("b"),
+        &s.p("m"),
+        &["--config", f.to_str().unwrap()],
+    ));
+    one_line_error(&out, &f.display().to_string());
+    nothing_mounted(&s.p("m"));
+}
+
+#[test]
+fn stats_on_a_plain_directory() {
+    let s = Scratch::new();
+    let out = tierfs([OsStr::new("stats"), s.p("b").as_os_str()]);
+    let line = one_line_error(&out, &s.p("b").display().to_string());
+    assert!(line.contains("not a mount point"), "{line}");
+}
+
+#[test]
+fn stats_on_a_missing_path() {
+    let s = Scratch::new();
+    let out = tierfs([OsStr::new("stats"), s.p("nope").as_os_str()]);
+    one_line_error(&out, &s.p("nope").display().to_string());
+}
+
+/// A mount point of another filesystem type (the root filesystem).
+#[test]
+fn stats_on_a_non_tierfs_mount() {
+    let out = tierfs(["stats", "/"]);
+    let line = one_line_error(&out, "/");
+    assert!(line.contains("not a tierfs mount"), "{line}");
+}
