@@ -53,11 +53,17 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
         .mode(0o600)
         .open(&lock_path)
         .with_context(|| format!("cache dir {}", dir.display()))?;
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        bail!(
-            "cache dir {} is in use by another tierfs mount",
-            dir.display()
-        );
+    // The daemon of a mount just unmounted from here may still be exiting (umount(8) returns
+    // before it does): `umount X && mount X` must not fail, so wait a little for its lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "cache dir {} is in use by another tierfs mount",
+                dir.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // flock may succeed on a read-only filesystem: prove we can write.
     let probe = dir.join(".write-probe");
@@ -295,7 +301,12 @@ fn serve(
     }
     let r = mounted.run();
     if let Some(entry) = registry {
-        let _ = std::fs::remove_file(entry);
+        // The kernel reuses a device number as soon as the mount is gone, i.e. before we get
+        // here: a new mount may already have registered under the same name. Remove only our
+        // own entry.
+        if std::fs::read(&entry).is_ok_and(|e| e == socket.as_os_str().as_encoded_bytes()) {
+            let _ = std::fs::remove_file(entry);
+        }
     }
     let _ = std::fs::remove_file(&socket);
     tracing::info!("unmounted {}", mountpoint.display());
