@@ -127,12 +127,16 @@ impl BinMount {
     }
 
     pub fn unmount(&self) {
-        let st = Command::new("fusermount3")
+        let out = Command::new("fusermount3")
             .arg("-u")
             .arg(&self.mnt)
-            .status()
+            .output()
             .unwrap();
-        assert!(st.success(), "fusermount3 -u failed");
+        assert!(
+            out.status.success(),
+            "fusermount3 -u failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// `tierfs stats --json`, parsed.
