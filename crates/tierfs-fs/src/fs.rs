@@ -57,6 +57,8 @@ pub(crate) struct OpenFile<S: Store> {
     pub _inode: Arc<Inode<St<S>>>,
     pub state: Arc<FileState>,
     pub ra: Mutex<ReadAhead>,
+    /// Serializes backing reads of a sequential stream (see `fetch_run`).
+    pub seq_fetch: Mutex<()>,
 }
 
 struct DirHandle {
@@ -307,6 +309,7 @@ impl<S: Store> Fs<S> {
                 _inode: inode,
                 state,
                 ra: Mutex::new(ReadAhead::default()),
+                seq_fetch: Mutex::new(()),
             }),
         );
         Ok(fh)

@@ -19,15 +19,21 @@ pub(crate) enum FetchError {
 
 pub(crate) type FetchResult = std::result::Result<Bytes, FetchError>;
 
-/// Sequential-access detector of one open file.
+/// Sequential-access detector and read-ahead cursor of one open file.
 #[derive(Default)]
 pub(crate) struct ReadAhead {
-    /// Block a sequential reader asks for next.
+    /// Block a sequential reader asks for next (the stream's head).
     next: u64,
     /// Current window, blocks; doubles while the reader stays sequential.
     window: u64,
-    /// First block not yet scheduled for read-ahead.
+    /// Read-ahead should reach this block (exclusive).
     scheduled_to: u64,
+    /// Read-ahead has fetched (or claimed) up to this block (exclusive).
+    fetched_to: u64,
+    /// Version the cursor belongs to.
+    gen: u64,
+    /// A worker is fetching for this file.
+    running: bool,
 }
 
 const MAX_STALE_RETRIES: usize = 3;
@@ -128,7 +134,9 @@ impl<S: Store> Fs<S> {
                 match self.load_blocks(&of, &v, &missing, true) {
                     Ok(loaded) => {
                         for (idx, b) in loaded {
-                            blocks[(idx - span.first) as usize] = Some(b);
+                            if (span.first..=span.last).contains(&idx) {
+                                blocks[(idx - span.first) as usize] = Some(b);
+                            }
                         }
                     }
                     Err(FetchError::Errno(e)) => return Err(e),
@@ -262,7 +270,13 @@ impl<S: Store> Fs<S> {
         let start = first * bs;
         let end = ((first + run.len() as u64) * bs).min(v.fp.size);
         let mut buf = vec![0u8; (end - start) as usize];
+        // While the file is read sequentially, its backing reads go one at a time: two reads
+        // of one stream in flight interleave at the store and cost a seek each on one disk
+        // head. Random readers (no read-ahead window) keep their parallelism.
+        let sequential = readahead || of.ra.lock().window > 0;
+        let serial = sequential.then(|| of.seq_fetch.lock());
         let read = self.store.read(&of.handle, start, &mut buf);
+        drop(serial);
         // The version check comes after the data: if the fingerprint still matches, the data
         // read in between belongs to that version.
         let outcome = match read {
@@ -310,7 +324,10 @@ impl<S: Store> Fs<S> {
         Ok(out)
     }
 
-    /// Detects sequential reading and schedules the blocks ahead on the read-ahead pool.
+    /// Detects sequential reading and extends the read-ahead target. One worker per open file
+    /// fetches toward the target in order, one chunk at a time: on a single disk head (or one
+    /// NFS stream) parallel or out-of-order fetches of one file cost a seek each, which is what
+    /// read-ahead exists to avoid.
     fn read_ahead(self: &Arc<Self>, of: &Arc<OpenFile<S>>, v: &Version, span: &Span) {
         let max_blocks = self.cfg.readahead_max / self.cfg.block_size;
         // Blocks of a racy version are not cached: fetching them ahead would be wasted.
@@ -318,41 +335,66 @@ impl<S: Store> Fs<S> {
             return;
         }
         let nblocks = v.fp.size.div_ceil(self.cfg.block_size);
-        let (from, to) = {
+        {
             let mut ra = of.ra.lock();
-            let sequential = span.first <= ra.next && span.last + 1 >= ra.next && ra.next > 0
-                || span.first == 0 && span.offset == 0;
+            // The kernel keeps several requests of one stream in flight and they may reach us
+            // out of order: anything near the stream's head counts as sequential.
+            let slack = ra.window + 8;
+            let sequential = (span.first == 0 && span.offset == 0)
+                || (ra.next > 0 && span.first + slack >= ra.next && span.first <= ra.next + slack);
             if !sequential {
-                ra.window = 0;
+                *ra = ReadAhead {
+                    next: span.last + 1,
+                    ..ReadAhead::default()
+                };
+                return;
+            }
+            ra.next = ra.next.max(span.last + 1);
+            if ra.gen != v.gen {
+                ra.gen = v.gen;
+                ra.fetched_to = 0;
                 ra.scheduled_to = 0;
-                ra.next = span.last + 1;
-                return;
             }
-            ra.next = span.last + 1;
             ra.window = (ra.window * 2).clamp(4, max_blocks);
-            let ahead = ra.scheduled_to.saturating_sub(span.last + 1);
-            if ahead > ra.window / 2 {
-                return; // enough is already on its way
-            }
-            let from = ra.scheduled_to.max(span.last + 1);
-            let to = (span.last + ra.window).min(nblocks.saturating_sub(1));
-            if from > to {
+            let target = (ra.next + ra.window).min(nblocks);
+            ra.scheduled_to = ra.scheduled_to.max(target);
+            ra.fetched_to = ra.fetched_to.max(ra.next);
+            if ra.running || ra.fetched_to >= ra.scheduled_to {
                 return;
             }
-            ra.scheduled_to = to + 1;
-            (from, to)
-        };
-        let (fs, of, gen) = (self.clone(), of.clone(), v.gen);
-        self.ra_pool.spawn(move || {
+            ra.running = true;
+        }
+        let (fs, of) = (self.clone(), of.clone());
+        self.ra_pool.spawn(move || fs.read_ahead_worker(&of));
+    }
+
+    fn read_ahead_worker(&self, of: &OpenFile<S>) {
+        let chunk = (self.cfg.fetch_chunk / self.cfg.block_size).max(1);
+        loop {
+            let (from, to, gen) = {
+                let mut ra = of.ra.lock();
+                if ra.fetched_to >= ra.scheduled_to {
+                    ra.running = false;
+                    return;
+                }
+                let from = ra.fetched_to;
+                let to = (from + chunk).min(ra.scheduled_to);
+                ra.fetched_to = to;
+                (from, to, ra.gen)
+            };
             let _r = of.state.rw.read();
             let v = of.state.version();
             if v.gen != gen {
+                of.ra.lock().running = false;
                 return; // the file changed; this read-ahead is for a version that is gone
             }
-            let idxs: Vec<u64> = (from..=to)
-                .filter(|&i| !fs.cache.contains(&fs.key(&of, gen, i)))
+            let idxs: Vec<u64> = (from..to)
+                .filter(|&i| !self.cache.contains(&self.key(of, gen, i)))
                 .collect();
-            let _ = fs.load_blocks(&of, &v, &idxs, false);
-        });
+            if self.load_blocks(of, &v, &idxs, false).is_err() {
+                of.ra.lock().running = false;
+                return;
+            }
+        }
     }
 }
