@@ -72,28 +72,82 @@ impl<S: Store> Fs<S> {
     /// The fast path, safe to run on a FUSE worker thread: answers only if every block is in
     /// RAM and the file's fingerprint is fresh. Never blocks on I/O.
     pub fn read_cached(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Option<Bytes> {
-        let of = self.files.get(&fh)?.clone();
-        if of.state.expired(self.cfg.meta_ttl) {
-            return None;
+        let mut out = None;
+        self.read_cached_with(fh, offset, size, |d| out = Some(Bytes::copy_from_slice(d)));
+        out
+    }
+
+    /// [`Fs::read_cached`] that hands the data to `reply` instead of returning it; returns
+    /// whether it did. A request spanning several blocks is assembled in a per-thread buffer
+    /// that is reused, not in a fresh allocation: a fresh 1 MiB buffer per request costs page
+    /// faults that halved warm read throughput.
+    pub fn read_cached_with(
+        self: &Arc<Self>,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(&[u8]),
+    ) -> bool {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let guard = of.state.rw.try_read()?;
+        let Some(of) = self.files.get(&fh).map(|f| f.clone()) else {
+            return false;
+        };
+        if of.state.expired(self.cfg.meta_ttl) {
+            return false;
+        }
+        let Some(guard) = of.state.rw.try_read() else {
+            return false;
+        };
         let v = of.state.version();
         let Some(span) = self.span(&v, offset, size) else {
             drop(guard);
             self.count_read(0, true);
-            return Some(Bytes::new());
+            reply(&[]);
+            return true;
         };
         let mut blocks = Vec::with_capacity((span.last - span.first + 1) as usize);
         for idx in span.first..=span.last {
-            blocks.push(self.cache.peek(&self.key(&of, v.gen, idx))?);
+            match self.cache.peek(&self.key(&of, v.gen, idx)) {
+                Some(b) => blocks.push(b),
+                None => return false,
+            }
         }
         drop(guard);
-        let data = self.assemble(&span, &blocks)?;
-        self.cache
-            .count_hits(blocks.len() as u64, data.len() as u64);
-        self.count_read(data.len() as u64, true);
-        self.read_ahead(&of, &v, &span);
-        Some(data)
+        let bs = self.cfg.block_size;
+        let base = span.first * bs;
+        let len = (span.end - span.offset) as usize;
+        let ok = if blocks.len() == 1 {
+            let (s, e) = ((span.offset - base) as usize, (span.end - base) as usize);
+            if blocks[0].len() < e {
+                return false;
+            }
+            reply(&blocks[0][s..e]);
+            true
+        } else {
+            SCRATCH.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.clear();
+                for (i, b) in blocks.iter().enumerate() {
+                    let bstart = base + i as u64 * bs;
+                    let s = span.offset.max(bstart) - bstart;
+                    let e = span.end.min(bstart + bs) - bstart;
+                    if (b.len() as u64) < e {
+                        return false;
+                    }
+                    buf.extend_from_slice(&b[s as usize..e as usize]);
+                }
+                reply(&buf);
+                true
+            })
+        };
+        if ok {
+            self.cache.count_hits(blocks.len() as u64, len as u64);
+            self.count_read(len as u64, true);
+            self.read_ahead(&of, &v, &span);
+        }
+        ok
     }
 
     fn count_read(&self, bytes: u64, ram_only: bool) {

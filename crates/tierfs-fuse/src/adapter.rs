@@ -313,10 +313,15 @@ impl<S: Store> Filesystem for Adapter<S> {
         reply: ReplyData,
     ) {
         // RAM-tier hits are answered right here, without a thread hand-off.
-        if let Some(data) = self.fs.read_cached(fh.0, offset, size) {
-            reply.data(&data);
+        let mut reply = Some(reply);
+        if self.fs.read_cached_with(fh.0, offset, size, |d| {
+            if let Some(r) = reply.take() {
+                r.data(d)
+            }
+        }) {
             return;
         }
+        let Some(reply) = reply else { return };
         self.spawn(move |fs, _, _| match fs.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
