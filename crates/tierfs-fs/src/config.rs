@@ -21,7 +21,7 @@ pub struct FsConfig {
 impl Default for FsConfig {
     fn default() -> Self {
         FsConfig {
-            block_size: 256 * 1024,
+            block_size: 64 * 1024,
             ram_max: 1 << 30,
             meta_ttl: Duration::from_secs(1),
             readahead_max: 16 << 20,
