@@ -116,7 +116,12 @@ fn main() {
                 foreground,
             })
         })(),
-        Cmd::Stats { mountpoint, json } => stats_cmd::run(&mountpoint, json),
+        Cmd::Stats { mountpoint, json } => {
+            // `tierfs stats | head` must end quietly like any Unix filter, not panic on EPIPE.
+            // (Only here: the daemon must survive a control client that hangs up.)
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            stats_cmd::run(&mountpoint, json)
+        }
     };
     if let Err(e) = result {
         eprintln!("tierfs: {e:#}");

@@ -33,3 +33,20 @@ fn fault_mount_serves_reads() {
         assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"abc");
     });
 }
+
+#[test]
+fn stats_into_a_closed_pipe_does_not_panic() {
+    let m = BinMount::new(&["ram.max=16M"]);
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "timeout 20 {} stats {} | head -n 1",
+            tierfs_bin(),
+            m.mnt.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("tierfs."));
+}
