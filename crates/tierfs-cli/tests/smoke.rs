@@ -39,8 +39,9 @@ fn stats_into_a_closed_pipe_does_not_panic() {
     let m = BinMount::new(&["ram.max=16M"]);
     let out = std::process::Command::new("sh")
         .arg("-c")
+        // `true` exits at once without reading: stats writes into a closed pipe.
         .arg(format!(
-            "timeout 20 {} stats {} | head -n 1",
+            "timeout 20 {} stats {} | true",
             tierfs_bin(),
             m.mnt.display()
         ))
@@ -48,5 +49,5 @@ fn stats_into_a_closed_pipe_does_not_panic() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("tierfs."));
+    assert!(out.status.success());
 }
