@@ -69,22 +69,6 @@ impl<S: Store> Adapter<S> {
         let (fs, at, et) = (self.fs.clone(), self.attr_ttl, self.entry_ttl);
         self.pool.spawn(move || job(&fs, at, et));
     }
-
-    fn readdir_common(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut add: impl FnMut(&tierfs_fs::DirEntryOut) -> bool,
-    ) -> tierfs_fs::Result<()> {
-        let _ = ino;
-        for e in self.fs.readdir(fh.0, offset)? {
-            if add(&e) {
-                break;
-            }
-        }
-        Ok(())
-    }
 }
 
 fn entry_reply(
@@ -394,13 +378,17 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn readdir(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.readdir_common(ino, fh, offset, |e| {
-            reply.add(INodeNo(e.ino), e.next_offset, kind(e.kind), &e.name)
+        let r = self.fs.readdir(fh.0, offset).map(|entries| {
+            for e in entries {
+                if reply.add(INodeNo(e.ino), e.next_offset, kind(e.kind), &e.name) {
+                    break;
+                }
+            }
         });
         match r {
             Ok(()) => reply.ok(),

@@ -40,6 +40,21 @@ pub struct PosixStore {
     root: PosixNode,
 }
 
+/// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
+fn fchown_node(node: &PosixNode, uid: u32, gid: u32) -> Result<()> {
+    let empty = c"";
+    cvt(unsafe {
+        libc::fchownat(
+            node.fd(),
+            empty.as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(())
+}
+
 fn cvt(ret: libc::c_int) -> Result<libc::c_int> {
     if ret < 0 {
         Err(Errno::last())
@@ -104,16 +119,7 @@ fn chown_node(parent: &PosixNode, node: &PosixNode, owner: Owner) -> Result<()> 
         if (before.uid, before.gid) == (uid, gid) {
             return Ok(());
         }
-        let empty = c"";
-        cvt(unsafe {
-            libc::fchownat(
-                node.fd(),
-                empty.as_ptr(),
-                uid,
-                gid,
-                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            )
-        })?;
+        fchown_node(node, uid, gid)?;
         if before.kind != crate::FileKind::Symlink && before.perm & 0o6000 != 0 {
             cvt(unsafe { libc::chmod(node.proc_path().as_ptr(), before.perm as libc::mode_t) })?;
         }
@@ -252,18 +258,11 @@ impl Store for PosixStore {
             };
         }
         if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.unwrap_or(u32::MAX);
-            let gid = set.gid.unwrap_or(u32::MAX);
-            let empty = c"";
-            cvt(unsafe {
-                libc::fchownat(
-                    node.fd(),
-                    empty.as_ptr(),
-                    uid,
-                    gid,
-                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })?;
+            fchown_node(
+                node,
+                set.uid.unwrap_or(u32::MAX),
+                set.gid.unwrap_or(u32::MAX),
+            )?;
         }
         if let Some(size) = set.size {
             match handle {
