@@ -175,6 +175,8 @@ impl Config {
                         self.fuse.entry_ttl = self.fs.meta_ttl;
                     }
                 }
+                "meta.cto" => self.fs.meta_cto = parse_bool(value)?,
+                "meta.max_entries" => self.fs.meta_max_entries = parse_count(value, 0, 1 << 32)?,
                 "readahead.max" => self.fs.readahead_max = parse_size(value)?,
                 "readahead.chunk" => {
                     self.fs.fetch_chunk = parse_size(value)?;

@@ -10,6 +10,11 @@ pub struct FsConfig {
     /// How long attributes and a file's fingerprint are trusted before asking the backing
     /// store again (`meta.ttl`).
     pub meta_ttl: Duration,
+    /// Close-to-open: every open asks the backing store whether the file changed
+    /// (`meta.cto`). Off: an open within `meta.ttl` of the last check trusts the cache.
+    pub meta_cto: bool,
+    /// Bound on cached attribute records and listing entries (`meta.max_entries`).
+    pub meta_max_entries: usize,
     /// Largest sequential read-ahead window, bytes (`readahead.max`); 0 disables read-ahead.
     pub readahead_max: u64,
     /// Largest single read from the backing store, bytes (`readahead.chunk`).
@@ -24,6 +29,8 @@ impl Default for FsConfig {
             block_size: 64 * 1024,
             ram_max: 1 << 30,
             meta_ttl: Duration::from_secs(1),
+            meta_cto: true,
+            meta_max_entries: 1 << 20,
             readahead_max: 16 << 20,
             fetch_chunk: 4 << 20,
             readahead_threads: 4,

@@ -216,6 +216,9 @@ impl<S: Store> Store for CountedStore<S> {
     fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
         self.count(&self.counters.readdir, self.inner.readdir(node))
     }
+    fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        self.count(&self.counters.readdir, self.inner.readdir_plus(node))
+    }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
         self.count(&self.counters.other, self.inner.statfs(node))
     }

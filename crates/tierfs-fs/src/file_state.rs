@@ -50,6 +50,7 @@ struct Inner {
 /// One per backing file (device, inode), shared by every kernel inode and handle of it, and
 /// kept after the kernel forgets the file so its cached blocks stay reachable.
 pub struct FileState {
+    pub backing_dev: u64,
     pub backing_ino: u64,
     /// Readers take it shared, writers exclusive, for one request each: a read never sees half
     /// of a write, and a fetch never inserts blocks older than a write that finished first.
@@ -64,8 +65,11 @@ pub enum Observed {
 }
 
 impl FileState {
-    pub fn new(attr: &Attr) -> FileState {
+    /// A state whose attributes were validated at `checked` (maybe long ago, from the
+    /// metadata cache).
+    pub fn new_at(attr: &Attr, checked: Instant) -> FileState {
         FileState {
+            backing_dev: attr.dev,
             backing_ino: attr.ino,
             rw: RwLock::new(()),
             inner: Mutex::new(Inner {
@@ -73,7 +77,7 @@ impl FileState {
                     fp: attr.fingerprint(),
                     gen: next_gen(),
                 },
-                checked: Instant::now(),
+                checked,
                 opened: None,
             }),
         }
@@ -101,6 +105,21 @@ impl FileState {
             gen: next_gen(),
         };
         Observed::Changed
+    }
+
+    /// [`FileState::observe`] for attributes validated at `at` (from the metadata cache):
+    /// ignored if the state knows something newer.
+    pub fn observe_at(&self, attr: &Attr, at: Instant) -> Observed {
+        {
+            let i = self.inner.lock();
+            if at < i.checked {
+                return Observed::Unchanged;
+            }
+        }
+        let r = self.observe(attr);
+        // observe() stamped "now"; the attributes are only as fresh as `at`.
+        self.inner.lock().checked = at;
+        r
     }
 
     /// After one of our own operations that cannot change the data (chmod, rename, link,
@@ -144,6 +163,11 @@ impl FileState {
     /// Called at open with fresh attributes; returns whether the kernel may keep its cache.
     pub fn opened(&self, attr: &Attr) -> bool {
         self.observe(attr);
+        self.opened_trusted()
+    }
+
+    /// Called at an open that trusts the state's fingerprint (still within `meta.ttl`).
+    pub fn opened_trusted(&self) -> bool {
         let mut i = self.inner.lock();
         let fp = i.v.fp;
         let keep = i.opened == Some(fp);

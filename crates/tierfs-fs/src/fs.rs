@@ -3,6 +3,7 @@
 use crate::counted::CountedStore;
 use crate::file_state::{FileState, Observed};
 use crate::inode::{now_ms, Inode, InodeTable};
+use crate::meta::{ident, MetaCache, NameLookup};
 use crate::pool::Pool;
 use crate::read::{FetchResult, ReadAhead};
 use crate::stats::{FsStats, StatsSnapshot};
@@ -11,9 +12,10 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 use tierfs_cache::{BlockKey, RamCache, SingleFlight};
-use tierfs_store::{Attr, DirEntry, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
+use tierfs_store::{Attr, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
 
 pub(crate) type St<S> = CountedStore<S>;
 
@@ -22,6 +24,9 @@ pub(crate) type St<S> = CountedStore<S>;
 pub struct Entry {
     pub ino: u64,
     pub attr: Attr,
+    /// How old the attributes are (served from the metadata cache): the kernel should trust
+    /// them that much less.
+    pub age: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -52,9 +57,13 @@ pub struct DirEntryOut {
 }
 
 pub(crate) struct OpenFile<S: Store> {
-    pub handle: S::Handle,
+    /// The backing file, opened on first need: an open served from the metadata cache
+    /// (`meta.cto=off`) reaches the backing store only if a read misses every tier.
+    handle: OnceLock<S::Handle>,
+    flags: i32,
+    opening: Mutex<()>,
     /// Keeps the inode (and its backing node) alive while the file is open.
-    pub _inode: Arc<Inode<St<S>>>,
+    pub inode: Arc<Inode<St<S>>>,
     pub state: Arc<FileState>,
     pub ra: Mutex<ReadAhead>,
     /// Serializes backing reads of a sequential stream (see `fetch_run`).
@@ -75,6 +84,7 @@ pub struct Fs<S: Store> {
     dirs: DashMap<u64, Arc<DirHandle>>,
     next_fh: AtomicU64,
     pub(crate) stats: FsStats,
+    pub(crate) meta: MetaCache,
     pub(crate) ra_pool: Pool,
     as_root: bool,
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
@@ -100,6 +110,7 @@ impl<S: Store> Fs<S> {
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),
+            meta: MetaCache::new(cfg.meta_ttl, cfg.meta_max_entries),
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
             as_root: unsafe { libc::geteuid() } == 0,
             estale: DashMap::new(),
@@ -131,11 +142,13 @@ impl<S: Store> Fs<S> {
     }
 
     fn entry(&self, node: S::Node, mut attr: Attr) -> Entry {
+        self.meta.put_attr(&attr, Instant::now());
         let inode = self.inodes.remember(node, &attr);
         attr.ino = inode.ino;
         Entry {
             ino: inode.ino,
             attr,
+            age: std::time::Duration::ZERO,
         }
     }
 
@@ -158,8 +171,13 @@ impl<S: Store> Fs<S> {
     /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
         let p = self.inode(parent)?;
-        let (node, attr) = self.store.lookup(&p.node, name)?;
-        let e = self.entry(node, attr);
+        let e = match self.lookup_cached(&p, name)? {
+            Some(e) => e,
+            None => {
+                let (node, attr) = self.store.lookup(&self.node(&p)?, name)?;
+                self.entry(node, attr)
+            }
+        };
         if pid != 0 {
             if let Some(i) = self.inodes.get(e.ino) {
                 i.note_lookup(pid);
@@ -168,17 +186,114 @@ impl<S: Store> Fs<S> {
         Ok(e)
     }
 
+    /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
+    /// listing of a directory listed before is revalidated with one listing, for every name
+    /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory).
+    fn lookup_cached(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Result<Option<Entry>> {
+        if !self.meta.enabled() || p.kind != FileKind::Dir {
+            return Ok(None);
+        }
+        let mut found = self.meta.lookup(p.id, name);
+        if matches!(found, NameLookup::Unknown) && self.meta.has_listing(p.id) {
+            self.list_dir(p)?;
+            found = self.meta.lookup(p.id, name);
+        }
+        let child = match found {
+            NameLookup::Found(c) => c,
+            NameLookup::Absent => {
+                FsStats::add(&self.stats.meta_hits, 1);
+                return Err(Errno::ENOENT);
+            }
+            NameLookup::Unknown => return Ok(None),
+        };
+        let Some((mut attr, at)) = self.meta.attr(child.id) else {
+            return Ok(None);
+        };
+        FsStats::add(&self.stats.meta_hits, 1);
+        let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
+        attr.ino = inode.ino;
+        Ok(Some(Entry {
+            ino: inode.ino,
+            attr,
+            age: at.elapsed(),
+        }))
+    }
+
+    /// Lists a directory with attributes from the backing store and records the result.
+    pub(crate) fn list_dir(&self, d: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, Attr)>> {
+        let at = Instant::now();
+        let listing = self.store.readdir_plus(&self.node(d)?)?;
+        let mut out = Vec::with_capacity(listing.len());
+        let mut complete = true;
+        for (e, attr) in listing {
+            match attr {
+                Some(a) => out.push((e.name, a)),
+                None => complete = false,
+            }
+        }
+        FsStats::add(&self.stats.meta_listings, 1);
+        if complete {
+            self.meta.put_listing(d.id, &out, at);
+        } else {
+            // Entries vanished while listing, or the store cannot stat in the same pass:
+            // not a listing to answer negative lookups from.
+            self.meta.drop_listing(d.id);
+            for (_, a) in &out {
+                self.meta.put_attr(a, at);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The backing node of an inode, resolving it from its parent and name if the inode was
+    /// learned from the metadata cache. ESTALE if the name now holds another object: the
+    /// kernel then looks the path up again.
+    pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<S::Node> {
+        if let Some(n) = i.node() {
+            return Ok(n.clone());
+        }
+        let origin = i.origin.lock().clone();
+        let Some((parent, name)) = origin else {
+            return i.node().cloned().ok_or(Errno::ESTALE);
+        };
+        let pnode = self.node(&parent)?;
+        let (node, attr) = match self.store.lookup(&pnode, &name) {
+            Ok(r) => r,
+            Err(e) => {
+                self.meta.drop_listing(parent.id);
+                return Err(if e == Errno::ENOENT { Errno::ESTALE } else { e });
+            }
+        };
+        if ident(&attr) != i.id {
+            self.meta.drop_listing(parent.id);
+            return Err(Errno::ESTALE);
+        }
+        self.meta.put_attr(&attr, Instant::now());
+        i.set_node(node);
+        i.node().cloned().ok_or(Errno::ESTALE)
+    }
+
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        Ok(self.getattr_aged(ino)?.0)
+    }
+
+    /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
+    pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
         let i = self.inode(ino)?;
-        let attr = self.store.getattr(&i.node)?;
+        if let Some((attr, at)) = self.meta.attr(i.id) {
+            FsStats::add(&self.stats.meta_hits, 1);
+            return Ok((self.with_ino(&i, attr), at.elapsed()));
+        }
+        let attr = self.store.getattr(&self.node(&i)?)?;
+        self.meta.put_attr(&attr, Instant::now());
         if let Some(st) = &i.file {
             self.observe(st, &attr);
         }
-        Ok(self.with_ino(&i, attr))
+        Ok((self.with_ino(&i, attr), std::time::Duration::ZERO))
     }
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
@@ -187,13 +302,23 @@ impl<S: Store> Fs<S> {
             Some(fh) => self.files.get(&fh).map(|f| f.clone()),
             None => None,
         };
-        let handle = of.as_ref().map(|f| &f.handle);
+        let handle = match &of {
+            Some(f) => Some(self.handle(f)?),
+            None => None,
+        };
+        let node = self.node(&i)?;
+        self.meta.drop_attr(i.id);
         let Some(st) = &i.file else {
-            return Ok(self.with_ino(&i, self.store.setattr(&i.node, handle, set)?));
+            let attr = self.store.setattr(&node, handle, set)?;
+            self.meta.put_attr(&attr, Instant::now());
+            return Ok(self.with_ino(&i, attr));
         };
         // Exclusive: a truncate must not interleave with reads that fill the cache.
         let _w = st.rw.write();
-        let attr = self.store.setattr(&i.node, handle, set);
+        let attr = self.store.setattr(&node, handle, set);
+        if let Ok(a) = &attr {
+            self.meta.put_attr(a, Instant::now());
+        }
         match (&attr, set.size) {
             (Ok(a), None) => {
                 if let Observed::Changed = st.observe_own_metadata_change(a) {
@@ -208,7 +333,19 @@ impl<S: Store> Fs<S> {
 
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
         let i = self.inode(ino)?;
-        self.store.readlink(&i.node)
+        if let Some((attr, _)) = self.meta.attr(i.id) {
+            if let Some(t) = self.meta.link_target(i.id, &attr) {
+                FsStats::add(&self.stats.meta_hits, 1);
+                return Ok(t);
+            }
+        }
+        let node = self.node(&i)?;
+        let target = self.store.readlink(&node)?;
+        if let Ok(attr) = self.store.getattr(&node) {
+            self.meta.put_attr(&attr, Instant::now());
+            self.meta.put_link_target(&attr, &target);
+        }
+        Ok(target)
     }
 
     pub fn mknod(
@@ -222,13 +359,19 @@ impl<S: Store> Fs<S> {
         let p = self.inode(parent)?;
         let (node, attr) = self
             .store
-            .mknod(&p.node, name, mode, rdev, self.owner(req))?;
+            .mknod(&self.node(&p)?, name, mode, rdev, self.owner(req))?;
+        self.meta.add_name(p.id, name, &attr);
         Ok(self.entry(node, attr))
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
         let p = self.inode(parent)?;
-        let (node, attr) = self.store.mkdir(&p.node, name, mode, self.owner(req))?;
+        let (node, attr) = self
+            .store
+            .mkdir(&self.node(&p)?, name, mode, self.owner(req))?;
+        self.meta.add_name(p.id, name, &attr);
+        // A new directory is empty: its listing is known without asking.
+        self.meta.put_listing(ident(&attr), &[], Instant::now());
         Ok(self.entry(node, attr))
     }
 
@@ -240,28 +383,82 @@ impl<S: Store> Fs<S> {
         req: Requester,
     ) -> Result<Entry> {
         let p = self.inode(parent)?;
-        let (node, attr) = self.store.symlink(&p.node, name, target, self.owner(req))?;
+        let (node, attr) = self
+            .store
+            .symlink(&self.node(&p)?, name, target, self.owner(req))?;
+        self.meta.add_name(p.id, name, &attr);
+        self.meta.put_link_target(&attr, target);
         Ok(self.entry(node, attr))
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
         let i = self.inode(ino)?;
         let np = self.inode(newparent)?;
-        let attr = self.store.link(&i.node, &np.node, newname)?;
+        let node = self.node(&i)?;
+        let attr = self.store.link(&node, &self.node(&np)?, newname)?;
         if let Some(st) = &i.file {
             st.observe_own_metadata_change(&attr);
         }
-        Ok(self.entry(i.node.clone(), attr))
+        self.meta.add_name(np.id, newname, &attr);
+        Ok(self.entry(node, attr))
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.inode(parent)?;
-        self.store.unlink(&p.node, name)
+        let pnode = self.node(&p)?;
+        let victim = self.resolve_victim(&p, name);
+        let r = self.store.unlink(&pnode, name);
+        self.after_name_change(&p, name, &r);
+        if let Some(id) = victim {
+            self.meta.drop_attr(id);
+        }
+        r
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.inode(parent)?;
-        self.store.rmdir(&p.node, name)
+        let pnode = self.node(&p)?;
+        let victim = self.resolve_victim(&p, name);
+        let r = self.store.rmdir(&pnode, name);
+        self.after_name_change(&p, name, &r);
+        if let Some(id) = victim {
+            self.meta.drop_listing(id);
+        }
+        r
+    }
+
+    /// Before a name goes away: an inode the kernel knows under it but whose node was never
+    /// resolved (learned from the metadata cache) resolves now, while the name still leads
+    /// to it; open files and later operations on it keep working.
+    /// Returns the identity the name holds (its attributes change: link count, ctime).
+    fn resolve_victim(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<crate::meta::Ident> {
+        if !self.meta.enabled() {
+            return None;
+        }
+        if let NameLookup::Found(c) = self.meta.lookup(p.id, name) {
+            if let Some(i) = self.inodes.by_ident(c.id) {
+                let _ = self.node(&i);
+            }
+            return Some(c.id);
+        }
+        // Not in a listing: ask, or the cached attributes of the object would keep a link
+        // count that is no longer true.
+        let (node, attr) = self.store.lookup(&self.node(p).ok()?, name).ok()?;
+        if let Some(i) = self.inodes.by_ident(ident(&attr)) {
+            i.set_node(node);
+        }
+        Some(ident(&attr))
+    }
+
+    /// After an operation removed `name` from `p` (or failed doing so).
+    fn after_name_change(&self, p: &Arc<Inode<St<S>>>, name: &OsStr, r: &Result<()>) {
+        match r {
+            Ok(()) => {
+                self.meta.remove_name(p.id, name);
+            }
+            // The name's state is not what we thought: ask again next time.
+            Err(_) => self.meta.drop_listing(p.id),
+        }
     }
 
     pub fn rename(
@@ -274,15 +471,42 @@ impl<S: Store> Fs<S> {
     ) -> Result<()> {
         let p = self.inode(parent)?;
         let np = self.inode(newparent)?;
-        self.store.rename(&p.node, name, &np.node, newname, flags)?;
+        let (pnode, npnode) = (self.node(&p)?, self.node(&np)?);
+        let moved = self.resolve_victim(&p, name);
+        let victim = self.resolve_victim(&np, newname);
+        let r = self.store.rename(&pnode, name, &npnode, newname, flags);
+        for id in [moved, victim].into_iter().flatten() {
+            self.meta.drop_attr(id);
+        }
+        if r.is_err() {
+            self.meta.drop_listing(p.id);
+            self.meta.drop_listing(np.id);
+            return r;
+        }
+        self.meta.remove_name(p.id, name);
+        self.meta.remove_name(np.id, newname);
         // A rename moves the file's ctime; tell its state that the data did not change, so
         // the cached blocks survive the rename.
-        if let Ok((_, attr)) = self.store.lookup(&np.node, newname) {
-            self.note_own_metadata_change(&attr);
+        match self.store.lookup(&npnode, newname) {
+            Ok((node, attr)) => {
+                self.meta.add_name(np.id, newname, &attr);
+                if let Some(i) = self.inodes.by_ident(ident(&attr)) {
+                    i.set_node(node);
+                }
+                self.note_own_metadata_change(&attr);
+            }
+            Err(_) => self.meta.drop_listing(np.id),
         }
         if flags & libc::RENAME_EXCHANGE != 0 {
-            if let Ok((_, attr)) = self.store.lookup(&p.node, name) {
-                self.note_own_metadata_change(&attr);
+            match self.store.lookup(&pnode, name) {
+                Ok((node, attr)) => {
+                    self.meta.add_name(p.id, name, &attr);
+                    if let Some(i) = self.inodes.by_ident(ident(&attr)) {
+                        i.set_node(node);
+                    }
+                    self.note_own_metadata_change(&attr);
+                }
+                Err(_) => self.meta.drop_listing(p.id),
             }
         }
         Ok(())
@@ -299,14 +523,24 @@ impl<S: Store> Fs<S> {
         }
     }
 
-    fn add_open_file(&self, inode: Arc<Inode<St<S>>>, handle: S::Handle) -> Result<u64> {
+    fn add_open_file(
+        &self,
+        inode: Arc<Inode<St<S>>>,
+        handle: Option<S::Handle>,
+        flags: i32,
+    ) -> Result<u64> {
         let state = inode.file.clone().ok_or(Errno::EINVAL)?;
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files.insert(
             fh,
             Arc::new(OpenFile {
-                handle,
-                _inode: inode,
+                handle: match handle {
+                    Some(h) => OnceLock::from(h),
+                    None => OnceLock::new(),
+                },
+                flags,
+                opening: Mutex::new(()),
+                inode,
                 state,
                 ra: Mutex::new(ReadAhead::default()),
                 seq_fetch: Mutex::new(()),
@@ -325,17 +559,31 @@ impl<S: Store> Fs<S> {
     pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        if read_only && !self.cfg.meta_cto && !st.expired(self.cfg.meta_ttl) {
+            // Trusting the metadata cache: no backing call until a read misses every tier.
+            FsStats::add(&self.stats.lazy_opens, 1);
+            let keep_cache = st.opened_trusted();
+            let fh = self.add_open_file(i, None, flags)?;
+            return Ok(OpenReply {
+                fh,
+                keep_cache,
+                attrs_stale: false,
+            });
+        }
+        let node = self.node(&i)?;
         let handle = if flags & libc::O_TRUNC != 0 {
             // Never truncate a replaced file that others may still be reading.
-            self.check_not_replaced(&i, self.store.getattr(&i.node)?.nlink, pid)?;
+            self.check_not_replaced(&i, self.store.getattr(&node)?.nlink, pid)?;
             let _w = st.rw.write();
-            let h = self.store.open(&i.node, flags)?;
+            let h = self.store.open(&node, flags)?;
             st.invalidate(None);
             h
         } else {
-            self.store.open(&i.node, flags)?
+            self.store.open(&node, flags)?
         };
         let attr = self.store.fstat(&handle)?;
+        self.meta.put_attr(&attr, Instant::now());
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)
             self.check_not_replaced(&i, attr.nlink, pid)?;
@@ -351,7 +599,7 @@ impl<S: Store> Fs<S> {
         // fingerprint) or from before the previous open; either way they are stale if the
         // fingerprint moved since.
         let attrs_stale = changed || opened_before.is_some_and(|fp| fp != attr.fingerprint());
-        let fh = self.add_open_file(i, handle)?;
+        let fh = self.add_open_file(i, Some(handle), flags)?;
         Ok(OpenReply {
             fh,
             keep_cache,
@@ -402,14 +650,15 @@ impl<S: Store> Fs<S> {
         let p = self.inode(parent)?;
         let (node, attr, handle) =
             self.store
-                .create(&p.node, name, mode, flags, self.owner(req))?;
+                .create(&self.node(&p)?, name, mode, flags, self.owner(req))?;
+        self.meta.add_name(p.id, name, &attr);
         let entry = self.entry(node, attr);
         let inode = self.inode(entry.ino)?;
         if let Some(st) = &inode.file {
             st.invalidate(Some(&attr));
             st.opened(&attr);
         }
-        let fh = self.add_open_file(inode, handle)?;
+        let fh = self.add_open_file(inode, Some(handle), flags)?;
         Ok((
             entry,
             OpenReply {
@@ -426,21 +675,47 @@ impl<S: Store> Fs<S> {
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
         let of = self.open_file(fh)?;
-        self.store.fsync(&of.handle, datasync)
+        match of.handle.get() {
+            Some(h) => self.store.fsync(h, datasync),
+            // Never opened in the backing store: nothing of ours to make durable.
+            None => Ok(()),
+        }
+    }
+
+    /// The open file's backing handle, opened now if the open was served from the metadata
+    /// cache. The backing file's fingerprint is recorded as it is opened: if it changed since
+    /// the cache validated it, the reader sees the new version from here on.
+    pub(crate) fn handle<'a>(&self, of: &'a OpenFile<S>) -> Result<&'a S::Handle> {
+        if let Some(h) = of.handle.get() {
+            return Ok(h);
+        }
+        let _g = of.opening.lock();
+        if let Some(h) = of.handle.get() {
+            return Ok(h);
+        }
+        let node = self.node(&of.inode)?;
+        let h = self.store.open(&node, of.flags)?;
+        let attr = self.store.fstat(&h)?;
+        self.meta.put_attr(&attr, Instant::now());
+        self.observe(&of.state, &attr);
+        let _ = of.handle.set(h);
+        of.handle.get().ok_or(Errno::EIO)
     }
 
     pub fn fallocate(&self, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
         let of = self.open_file(fh)?;
+        let h = self.handle(&of)?;
         let _w = of.state.rw.write();
-        let r = self.store.fallocate(&of.handle, mode, offset, len);
-        let attr = self.store.fstat(&of.handle).ok();
+        let r = self.store.fallocate(h, mode, offset, len);
+        let attr = self.store.fstat(h).ok();
+        self.meta.drop_attr(of.inode.id);
         of.state.invalidate(attr.as_ref());
         r
     }
 
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
         let of = self.open_file(fh)?;
-        self.store.lseek(&of.handle, offset, whence)
+        self.store.lseek(self.handle(&of)?, offset, whence)
     }
 
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
@@ -450,7 +725,28 @@ impl<S: Store> Fs<S> {
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        let listing = self.store.readdir(&i.node)?;
+        let listing: Vec<(OsString, FileKind, u64)> = match self.meta.listing(i.id) {
+            Some(l) => {
+                FsStats::add(&self.stats.meta_hits, 1);
+                l.into_iter()
+                    .map(|(name, c)| (name, c.kind, self.inodes.kernel_ino_of_ident(c.id)))
+                    .collect()
+            }
+            None if self.meta.enabled() => self
+                .list_dir(&i)?
+                .into_iter()
+                .map(|(name, a)| (name, a.kind, self.inodes.kernel_ino(&a)))
+                .collect(),
+            None => self
+                .store
+                .readdir(&self.node(&i)?)?
+                .into_iter()
+                .map(|e| {
+                    let ino = self.inodes.kernel_ino_of_entry(e.ino);
+                    (e.name, e.kind.unwrap_or(FileKind::File), ino)
+                })
+                .collect(),
+        };
         let mut entries = Vec::with_capacity(listing.len() + 2);
         entries.push(DirEntryOut {
             ino,
@@ -464,15 +760,8 @@ impl<S: Store> Fs<S> {
             kind: FileKind::Dir,
             next_offset: 2,
         });
-        for DirEntry {
-            name,
-            ino: bino,
-            kind,
-        } in listing
-        {
-            let kind = kind.unwrap_or(FileKind::File);
+        for (name, kind, ino) in listing {
             let next_offset = entries.len() as u64 + 1;
-            let ino = self.inodes.kernel_ino_of_entry(bino);
             entries.push(DirEntryOut {
                 ino,
                 name,
@@ -497,40 +786,43 @@ impl<S: Store> Fs<S> {
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
         let i = self.inode(ino)?;
-        self.store.fsyncdir(&i.node, datasync)
+        self.store.fsyncdir(&self.node(&i)?, datasync)
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
         let r = self.inode(crate::ROOT_INO)?;
-        self.store.statfs(&r.node)
+        self.store.statfs(&self.node(&r)?)
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
-        self.store.getxattr(&i.node, name)
+        self.store.getxattr(&self.node(&i)?, name)
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
-        self.store.listxattr(&i.node)
+        self.store.listxattr(&self.node(&i)?)
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         let i = self.inode(ino)?;
-        self.store.setxattr(&i.node, name, value, flags)?;
+        self.store.setxattr(&self.node(&i)?, name, value, flags)?;
         self.after_xattr_change(&i);
         Ok(())
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
         let i = self.inode(ino)?;
-        self.store.removexattr(&i.node, name)?;
+        self.store.removexattr(&self.node(&i)?, name)?;
         self.after_xattr_change(&i);
         Ok(())
     }
 
-    fn after_xattr_change(&self, i: &Inode<St<S>>) {
-        if let (Some(st), Ok(attr)) = (&i.file, self.store.getattr(&i.node)) {
+    fn after_xattr_change(&self, i: &Arc<Inode<St<S>>>) {
+        self.meta.drop_attr(i.id);
+        let Ok(node) = self.node(i) else { return };
+        if let (Some(st), Ok(attr)) = (&i.file, self.store.getattr(&node)) {
+            self.meta.put_attr(&attr, Instant::now());
             st.observe_own_metadata_change(&attr);
         }
     }
@@ -552,6 +844,12 @@ impl<S: Store> Fs<S> {
             singleflight_waits: FsStats::get(&s.singleflight_waits),
             stale_fetches: FsStats::get(&s.stale_fetches),
             version_changes: FsStats::get(&s.version_changes),
+            meta_hits: FsStats::get(&s.meta_hits),
+            meta_listings: FsStats::get(&s.meta_listings),
+            lazy_opens: FsStats::get(&s.lazy_opens),
+            meta_attrs: self.meta.counts().0,
+            meta_dirs: self.meta.counts().1,
+            meta_links: self.meta.counts().2,
             inodes: self.inodes.len() as u64,
             file_states: self.inodes.file_states() as u64,
             open_files: self.files.len() as u64,

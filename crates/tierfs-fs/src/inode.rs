@@ -7,15 +7,23 @@
 
 use crate::file_state::FileState;
 use dashmap::DashMap;
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 use tierfs_store::{Attr, FileKind, Store};
 
 const SYNTHETIC_BASE: u64 = 1 << 60;
 
 pub struct Inode<S: Store> {
     pub ino: u64,
-    pub node: S::Node,
+    /// Backing identity (device, inode).
+    pub id: (u64, u64),
+    /// The backing node, resolved on first need: an inode learned from a cached listing has
+    /// none until an operation has to reach the backing store (see `Fs::node`).
+    node: OnceLock<S::Node>,
+    /// Where to resolve it from: parent directory and name.
+    pub(crate) origin: parking_lot::Mutex<Option<(Arc<Inode<S>>, OsString)>>,
     pub kind: FileKind,
     /// Kernel lookup count (FUSE forget protocol).
     lookups: AtomicU64,
@@ -37,6 +45,16 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl<S: Store> Inode<S> {
+    pub fn node(&self) -> Option<&S::Node> {
+        self.node.get()
+    }
+
+    /// Sets the node if it is still unresolved.
+    pub(crate) fn set_node(&self, node: S::Node) {
+        let _ = self.node.set(node);
+        *self.origin.lock() = None;
+    }
+
     pub(crate) fn note_lookup(&self, pid: u32) {
         *self.looked_up.lock() = (now_ms(), pid);
     }
@@ -73,7 +91,9 @@ impl<S: Store> InodeTable<S> {
             crate::ROOT_INO,
             Arc::new(Inode {
                 ino: crate::ROOT_INO,
-                node: root,
+                id: (root_attr.dev, root_attr.ino),
+                node: OnceLock::from(root),
+                origin: parking_lot::Mutex::new(None),
                 kind: FileKind::Dir,
                 lookups: AtomicU64::new(1),
                 file: None,
@@ -90,6 +110,20 @@ impl<S: Store> InodeTable<S> {
     /// Kernel inode number of a listing entry, which names no device: the root's is assumed.
     pub fn kernel_ino_of_entry(&self, backing_ino: u64) -> u64 {
         self.kernel_ino_of(self.root_dev, backing_ino)
+    }
+
+    pub fn kernel_ino_of_ident(&self, id: (u64, u64)) -> u64 {
+        self.kernel_ino_of(id.0, id.1)
+    }
+
+    /// The live inode of a backing identity, if the kernel knows one.
+    pub fn by_ident(&self, id: (u64, u64)) -> Option<Arc<Inode<S>>> {
+        let ino = if id.0 == self.root_dev {
+            self.kernel_ino_of(id.0, id.1)
+        } else {
+            *self.synthetic.get(&id)?
+        };
+        self.get(ino)
     }
 
     fn kernel_ino_of(&self, dev: u64, ino: u64) -> u64 {
@@ -119,11 +153,11 @@ impl<S: Store> InodeTable<S> {
         self.files.len()
     }
 
-    fn file_state(&self, attr: &Attr) -> Arc<FileState> {
+    fn file_state(&self, attr: &Attr, validated: Instant) -> Arc<FileState> {
         let key = (attr.dev, attr.ino);
         if let Some(f) = self.files.get(&key) {
             let f = f.clone();
-            f.observe(attr);
+            f.observe_at(attr, validated);
             return f;
         }
         if self.files.len() >= self.max_files {
@@ -132,24 +166,57 @@ impl<S: Store> InodeTable<S> {
         }
         self.files
             .entry(key)
-            .or_insert_with(|| Arc::new(FileState::new(attr)))
+            .or_insert_with(|| Arc::new(FileState::new_at(attr, validated)))
             .clone()
     }
 
     /// Records that the kernel learned of `node` (lookup, create, ...): adds one lookup.
     pub fn remember(&self, node: S::Node, attr: &Attr) -> Arc<Inode<S>> {
+        self.remember_with(Some(node), None, attr, Instant::now())
+    }
+
+    /// Like [`InodeTable::remember`] for a name learned from the metadata cache: the node is
+    /// resolved from `parent` and `name` when first needed. `validated` is when `attr` was
+    /// last checked against the backing store.
+    pub fn remember_lazy(
+        &self,
+        parent: Arc<Inode<S>>,
+        name: &std::ffi::OsStr,
+        attr: &Attr,
+        validated: Instant,
+    ) -> Arc<Inode<S>> {
+        self.remember_with(None, Some((parent, name.to_owned())), attr, validated)
+    }
+
+    fn remember_with(
+        &self,
+        node: Option<S::Node>,
+        origin: Option<(Arc<Inode<S>>, OsString)>,
+        attr: &Attr,
+        validated: Instant,
+    ) -> Arc<Inode<S>> {
         let ino = self.kernel_ino(attr);
-        let file = (attr.kind == FileKind::File).then(|| self.file_state(attr));
+        let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
+        let mut node = node;
         let entry = self.inodes.entry(ino).or_insert_with(|| {
             Arc::new(Inode {
                 ino,
-                node,
+                id: (attr.dev, attr.ino),
+                node: match node.take() {
+                    Some(n) => OnceLock::from(n),
+                    None => OnceLock::new(),
+                },
+                origin: parking_lot::Mutex::new(origin),
                 kind: attr.kind,
                 lookups: AtomicU64::new(0),
                 file,
                 looked_up: parking_lot::Mutex::new((0, 0)),
             })
         });
+        if let Some(n) = node {
+            // An inode first learned from the cache now has its node.
+            entry.set_node(n);
+        }
         entry.lookups.fetch_add(1, Relaxed);
         entry.clone()
     }

@@ -8,6 +8,7 @@ mod counted;
 mod file_state;
 mod fs;
 mod inode;
+mod meta;
 mod pool;
 mod read;
 mod stats;

@@ -149,7 +149,7 @@ impl<S: Store> Fs<S> {
     pub fn read(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let of = self.open_file(fh)?;
         if of.state.expired(self.cfg.meta_ttl) {
-            let attr = self.store.fstat(&of.handle)?;
+            let attr = self.store.fstat(self.handle(&of)?)?;
             self.observe(&of.state, &attr);
         }
         for _ in 0..MAX_STALE_RETRIES {
@@ -202,14 +202,14 @@ impl<S: Store> Fs<S> {
         // The file keeps changing under us: serve what the backing store has now, uncached,
         // exactly as a direct read would.
         let mut buf = vec![0u8; size as usize];
-        let n = self.store.read(&of.handle, offset, &mut buf)?;
+        let n = self.store.read(self.handle(&of)?, offset, &mut buf)?;
         buf.truncate(n);
         self.count_read(n as u64, false);
         Ok(Bytes::from(buf))
     }
 
     fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
-        let attr = self.store.fstat(&of.handle)?;
+        let attr = self.store.fstat(self.handle(of)?)?;
         self.observe(&of.state, &attr);
         Ok(())
     }
@@ -328,14 +328,23 @@ impl<S: Store> Fs<S> {
         // head. Random readers (no read-ahead window) keep their parallelism.
         let sequential = readahead || of.ra.lock().window > 0;
         let serial = sequential.then(|| of.seq_fetch.lock());
-        let read = self.store.read(&of.handle, start, &mut buf);
+        let handle = match self.handle(of) {
+            Ok(h) => h,
+            Err(e) => {
+                for g in run {
+                    g.complete(Err(FetchError::Errno(e)));
+                }
+                return Err(FetchError::Errno(e));
+            }
+        };
+        let read = self.store.read(handle, start, &mut buf);
         drop(serial);
         // The version check comes after the data: if the fingerprint still matches, the data
         // read in between belongs to that version.
         let outcome = match read {
             Err(e) => Err(FetchError::Errno(e)),
             Ok(n) if n < buf.len() => Err(FetchError::Stale),
-            Ok(_) => match self.store.fstat(&of.handle) {
+            Ok(_) => match self.store.fstat(handle) {
                 Err(e) => Err(FetchError::Errno(e)),
                 Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
                 // A write that started before our read may still be running: the same

@@ -19,6 +19,12 @@ pub struct FsStats {
     pub stale_fetches: AtomicU64,
     /// Times a backing file was found changed behind our back (its cached blocks dropped).
     pub version_changes: AtomicU64,
+    /// Lookups, getattrs, listings and symlink reads answered by the metadata cache.
+    pub meta_hits: AtomicU64,
+    /// Directories listed (with attributes) from the backing store.
+    pub meta_listings: AtomicU64,
+    /// Opens answered without the backing store (`meta.cto=off`).
+    pub lazy_opens: AtomicU64,
 }
 
 /// Everything `tierfs stats` shows, as one serializable snapshot.
@@ -38,6 +44,12 @@ pub struct StatsSnapshot {
     pub singleflight_waits: u64,
     pub stale_fetches: u64,
     pub version_changes: u64,
+    pub meta_hits: u64,
+    pub meta_listings: u64,
+    pub lazy_opens: u64,
+    pub meta_attrs: u64,
+    pub meta_dirs: u64,
+    pub meta_links: u64,
     pub inodes: u64,
     pub file_states: u64,
     pub open_files: u64,

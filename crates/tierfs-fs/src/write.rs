@@ -14,13 +14,14 @@ impl<S: Store> Fs<S> {
         if data.is_empty() {
             return Ok(0);
         }
+        let handle = self.handle(&of)?;
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
         // would mix versions.
-        let before = self.store.fstat(&of.handle)?;
+        let before = self.store.fstat(handle)?;
         self.observe(&of.state, &before);
         let v = of.state.version();
-        let at = match self.store.write(&of.handle, offset, data) {
+        let at = match self.store.write(handle, offset, data) {
             Ok(at) => at,
             Err(e) => {
                 // Part of it may have landed.
@@ -30,10 +31,12 @@ impl<S: Store> Fs<S> {
         };
         FsStats::add(&self.stats.write_requests, 1);
         FsStats::add(&self.stats.write_bytes, data.len() as u64);
-        let Ok(after) = self.store.fstat(&of.handle) else {
+        let Ok(after) = self.store.fstat(handle) else {
             of.state.invalidate(None);
+            self.meta.drop_attr(of.inode.id);
             return Ok(data.len() as u32);
         };
+        self.meta.put_attr(&after, std::time::Instant::now());
         let end = at + data.len() as u64;
         if after.size != v.fp.size.max(end) {
             // Someone else changed the file at the same time: we cannot tell what it holds.

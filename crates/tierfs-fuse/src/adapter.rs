@@ -78,7 +78,14 @@ fn entry_reply(
     r: tierfs_fs::Result<tierfs_fs::Entry>,
 ) {
     match r {
-        Ok(e) => reply.entry_with_ttls(&at, &et, &file_attr(&e.attr), Generation(0)),
+        // Attributes from the metadata cache are already `age` old: the kernel may trust
+        // them only for the rest of their time.
+        Ok(e) => reply.entry_with_ttls(
+            &at.saturating_sub(e.age),
+            &et.saturating_sub(e.age),
+            &file_attr(&e.attr),
+            Generation(0),
+        ),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -121,8 +128,8 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn(move |fs, at, _| match fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&at, &file_attr(&a)),
+        self.spawn(move |fs, at, _| match fs.getattr_aged(ino.0) {
+            Ok((a, age)) => reply.attr(&at.saturating_sub(age), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         });
     }
@@ -416,15 +423,19 @@ impl<S: Store> Filesystem for Adapter<S> {
             for e in entries {
                 let dot = e.name == "." || e.name == "..";
                 // The kernel takes a lookup reference on every entry but . and .. it links.
-                let (attr, counted) = if dot {
-                    (dir_attr, false)
+                let (attr, counted, age) = if dot {
+                    (dir_attr, false, Duration::ZERO)
                 } else {
                     match fs.lookup(ino.0, &e.name) {
-                        Ok(entry) => (entry.attr, true),
+                        Ok(entry) => (entry.attr, true, entry.age),
                         Err(_) => continue, // gone since opendir
                     }
                 };
-                let ttl = if dot { Duration::ZERO } else { at.min(et) };
+                let ttl = if dot {
+                    Duration::ZERO
+                } else {
+                    at.min(et).saturating_sub(age)
+                };
                 if reply.add(
                     INodeNo(attr.ino),
                     e.next_offset,

@@ -217,6 +217,10 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.readdir(node)
     }
+    fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        self.faults.enter(Meta)?;
+        self.inner.readdir_plus(node)
+    }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
         self.faults.enter(Meta)?;
         self.inner.statfs(node)

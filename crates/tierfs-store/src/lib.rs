@@ -100,6 +100,12 @@ pub trait Store: Send + Sync + 'static {
     fn lseek(&self, handle: &Self::Handle, offset: i64, whence: i32) -> Result<i64>;
     /// All entries of a directory except `.` and `..`.
     fn readdir(&self, node: &Self::Node) -> Result<Vec<DirEntry>>;
+    /// [`Store::readdir`] with each entry's attributes where the store can give them in the
+    /// same pass (like NFS READDIRPLUS): one call revalidates a whole directory. `None` for an
+    /// entry that vanished between listing and stat, or a store without the capability.
+    fn readdir_plus(&self, node: &Self::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        Ok(self.readdir(node)?.into_iter().map(|e| (e, None)).collect())
+    }
     fn statfs(&self, node: &Self::Node) -> Result<StatFs>;
     fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>>;
     fn setxattr(&self, node: &Self::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()>;

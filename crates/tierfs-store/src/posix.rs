@@ -145,6 +145,68 @@ fn timespec(t: Option<TimeUpdate>) -> libc::timespec {
 }
 
 impl PosixStore {
+    /// Lists a directory; with `stat`, also stats every entry through the open directory
+    /// (fstatat on its fd: no path walk per entry).
+    fn list_dir(&self, node: &PosixNode, stat: bool) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let dot = c".";
+        let fd = cvt(unsafe {
+            libc::openat(
+                node.fd(),
+                dot.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        let dir = unsafe { libc::fdopendir(fd) };
+        if dir.is_null() {
+            let e = Errno::last();
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        let mut out = Vec::new();
+        let result = loop {
+            // readdir signals errors only through errno.
+            unsafe { *libc::__errno_location() = 0 };
+            let ent = unsafe { libc::readdir64(dir) };
+            if ent.is_null() {
+                let e = unsafe { *libc::__errno_location() };
+                break if e != 0 { Err(Errno(e)) } else { Ok(()) };
+            }
+            let ent = unsafe { &*ent };
+            let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
+            // would mislead `find` and friends, so ask the inode itself.
+            let dtype = crate::FileKind::from_dirent_type(ent.d_type);
+            let attr = if stat || dtype.is_none() {
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                let r = unsafe {
+                    libc::fstatat(
+                        libc::dirfd(dir),
+                        ent.d_name.as_ptr(),
+                        &mut st,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                (r == 0).then(|| Attr::from_stat(&st))
+            } else {
+                None
+            };
+            let kind = dtype.or(attr.map(|a| a.kind));
+            out.push((
+                DirEntry {
+                    name: OsString::from_vec(name.to_vec()),
+                    ino: ent.d_ino,
+                    kind,
+                },
+                if stat { attr } else { None },
+            ));
+        };
+        unsafe { libc::closedir(dir) };
+        result.map(|_| out)
+    }
+
     /// Opens BACKING. Fails (with a message fit for the user) if it is missing or not a directory.
     pub fn open(backing: &Path) -> std::io::Result<PosixStore> {
         let canon = backing.canonicalize().map_err(|e| {
@@ -574,56 +636,15 @@ impl Store for PosixStore {
     }
 
     fn readdir(&self, node: &PosixNode) -> Result<Vec<DirEntry>> {
-        let dot = c".";
-        let fd = cvt(unsafe {
-            libc::openat(
-                node.fd(),
-                dot.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
-        let dir = unsafe { libc::fdopendir(fd) };
-        if dir.is_null() {
-            let e = Errno::last();
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
-        let mut out = Vec::new();
-        let result = loop {
-            // readdir signals errors only through errno.
-            unsafe { *libc::__errno_location() = 0 };
-            let ent = unsafe { libc::readdir64(dir) };
-            if ent.is_null() {
-                let e = unsafe { *libc::__errno_location() };
-                break if e != 0 { Err(Errno(e)) } else { Ok(()) };
-            }
-            let ent = unsafe { &*ent };
-            let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
-            // would mislead `find` and friends, so ask the inode itself.
-            let kind = crate::FileKind::from_dirent_type(ent.d_type).or_else(|| {
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                let r = unsafe {
-                    libc::fstatat(
-                        libc::dirfd(dir),
-                        ent.d_name.as_ptr(),
-                        &mut st,
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                };
-                (r == 0).then(|| crate::FileKind::from_mode(st.st_mode))
-            });
-            out.push(DirEntry {
-                name: OsString::from_vec(name.to_vec()),
-                ino: ent.d_ino,
-                kind,
-            });
-        };
-        unsafe { libc::closedir(dir) };
-        result.map(|_| out)
+        Ok(self
+            .list_dir(node, false)?
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    fn readdir_plus(&self, node: &PosixNode) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        self.list_dir(node, true)
     }
 
     fn statfs(&self, node: &PosixNode) -> Result<StatFs> {

@@ -1,0 +1,220 @@
+//! The metadata cache: attributes by backing identity and directory listings, each trusted for
+//! `meta.ttl` after it was last validated against the backing store.
+//!
+//! Why beyond the kernel's own dentry/attribute caches: the kernel forgets under memory
+//! pressure, on `drop_caches` and on remount, and then every `stat` of a million-file tree
+//! would go to the slow store one file at a time. Here a listing is fetched with attributes in
+//! one pass (`Store::readdir_plus`), so one call revalidates a whole directory, and the
+//! listings are persisted through the SSD tier to survive a restart.
+//!
+//! Names map to identities (device, inode), attributes hang off identities: hard links share
+//! one attribute record and our own operations patch both maps in place rather than dropping
+//! whole listings (an untar into one directory must not relist it per file).
+
+use dashmap::DashMap;
+use std::ffi::{OsStr, OsString};
+use std::time::{Duration, Instant};
+use tierfs_store::{Attr, FileKind};
+
+/// A backing object's identity: (device, inode).
+pub type Ident = (u64, u64);
+
+pub fn ident(a: &Attr) -> Ident {
+    (a.dev, a.ino)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Child {
+    pub id: Ident,
+    pub kind: FileKind,
+}
+
+/// The complete set of names in one directory, as of `validated`.
+pub struct Listing {
+    pub names: rustc_hash::FxHashMap<OsString, Child>,
+    pub validated: Instant,
+}
+
+pub struct MetaCache {
+    attrs: DashMap<Ident, (Attr, Instant)>,
+    dirs: DashMap<Ident, Listing>,
+    links: DashMap<Ident, (OsString, Attr)>,
+    ttl: Duration,
+    /// Bound on attribute records plus listing entries (`meta.max_entries`).
+    max_entries: usize,
+}
+
+/// What a cached listing says about a name.
+pub enum NameLookup {
+    /// The listing is fresh and holds the name.
+    Found(Child),
+    /// The listing is fresh and does not hold the name.
+    Absent,
+    /// No fresh listing: ask the backing store.
+    Unknown,
+}
+
+impl MetaCache {
+    pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
+        MetaCache {
+            attrs: DashMap::new(),
+            dirs: DashMap::new(),
+            links: DashMap::new(),
+            ttl,
+            max_entries,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.ttl.is_zero() && self.max_entries > 0
+    }
+
+    fn fresh(&self, at: Instant) -> bool {
+        at.elapsed() < self.ttl
+    }
+
+    /// Attributes validated within `meta.ttl`.
+    pub fn attr(&self, id: Ident) -> Option<(Attr, Instant)> {
+        let a = self.attrs.get(&id)?;
+        self.fresh(a.1).then_some(*a)
+    }
+
+    /// Records attributes validated at `at`.
+    pub fn put_attr(&self, attr: &Attr, at: Instant) {
+        if !self.enabled() {
+            return;
+        }
+        self.make_room();
+        let mut e = self.attrs.entry(ident(attr)).or_insert((*attr, at));
+        if e.1 <= at {
+            *e = (*attr, at);
+        }
+    }
+
+    pub fn drop_attr(&self, id: Ident) {
+        self.attrs.remove(&id);
+    }
+
+    pub fn lookup(&self, dir: Ident, name: &OsStr) -> NameLookup {
+        match self.dirs.get(&dir) {
+            Some(l) if self.fresh(l.validated) => match l.names.get(name) {
+                Some(c) => NameLookup::Found(*c),
+                None => NameLookup::Absent,
+            },
+            _ => NameLookup::Unknown,
+        }
+    }
+
+    /// Whether a listing of `dir` exists at all (fresh or not): a directory someone listed
+    /// before is revalidated with one listing, not a stat per name.
+    pub fn has_listing(&self, dir: Ident) -> bool {
+        self.dirs.contains_key(&dir)
+    }
+
+    /// A fresh listing's names, in no particular order.
+    pub fn listing(&self, dir: Ident) -> Option<Vec<(OsString, Child)>> {
+        let l = self.dirs.get(&dir)?;
+        if !self.fresh(l.validated) {
+            return None;
+        }
+        Some(l.names.iter().map(|(n, c)| (n.clone(), *c)).collect())
+    }
+
+    /// Replaces the listing of `dir` and the attributes of its entries, all validated at `at`.
+    pub fn put_listing(&self, dir: Ident, entries: &[(OsString, Attr)], at: Instant) {
+        if !self.enabled() {
+            return;
+        }
+        let mut names = rustc_hash::FxHashMap::default();
+        names.reserve(entries.len());
+        for (name, a) in entries {
+            names.insert(
+                name.clone(),
+                Child {
+                    id: ident(a),
+                    kind: a.kind,
+                },
+            );
+            self.put_attr(a, at);
+        }
+        self.dirs.insert(
+            dir,
+            Listing {
+                names,
+                validated: at,
+            },
+        );
+    }
+
+    /// Our own operation added `name` to `dir` (create, mkdir, link, rename target).
+    pub fn add_name(&self, dir: Ident, name: &OsStr, attr: &Attr) {
+        if let Some(mut l) = self.dirs.get_mut(&dir) {
+            l.names.insert(
+                name.to_owned(),
+                Child {
+                    id: ident(attr),
+                    kind: attr.kind,
+                },
+            );
+        }
+        self.put_attr(attr, Instant::now());
+        // The directory's own mtime/ctime moved.
+        self.attrs.remove(&dir);
+    }
+
+    /// Our own operation removed `name` from `dir` (unlink, rmdir, rename source).
+    pub fn remove_name(&self, dir: Ident, name: &OsStr) -> Option<Child> {
+        let removed = self
+            .dirs
+            .get_mut(&dir)
+            .and_then(|mut l| l.names.remove(name));
+        if let Some(c) = removed {
+            // Its link count and ctime changed.
+            self.attrs.remove(&c.id);
+        }
+        self.attrs.remove(&dir);
+        removed
+    }
+
+    /// Forgets what we know of `dir`'s names (an operation whose effect we cannot follow).
+    pub fn drop_listing(&self, dir: Ident) {
+        self.dirs.remove(&dir);
+        self.attrs.remove(&dir);
+    }
+
+    /// Symlink target, valid while the link's attributes are unchanged.
+    pub fn link_target(&self, id: Ident, current: &Attr) -> Option<OsString> {
+        let l = self.links.get(&id)?;
+        (l.1.ctime == current.ctime && l.1.mtime == current.mtime && l.1.size == current.size)
+            .then(|| l.0.clone())
+    }
+
+    pub fn put_link_target(&self, attr: &Attr, target: &OsStr) {
+        if self.enabled() {
+            self.links.insert(ident(attr), (target.to_owned(), *attr));
+        }
+    }
+
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.attrs.len() as u64,
+            self.dirs.len() as u64,
+            self.links.len() as u64,
+        )
+    }
+
+    /// Keeps the maps within `max_entries`: expired records go first, then everything (a
+    /// crude bound, but it holds, and the SSD tier still has the listings).
+    fn make_room(&self) {
+        if self.attrs.len() < self.max_entries {
+            return;
+        }
+        self.attrs.retain(|_, v| self.fresh(v.1));
+        self.dirs.retain(|_, l| self.fresh(l.validated));
+        if self.attrs.len() >= self.max_entries / 2 {
+            self.attrs.clear();
+            self.dirs.clear();
+            self.links.clear();
+        }
+    }
+}
