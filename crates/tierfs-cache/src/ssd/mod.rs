@@ -33,13 +33,12 @@ pub use error::SsdError;
 pub use stats::SsdStats;
 pub use types::{SsdConfig, SsdIdentity, SsdKey, KIND_ATTR, KIND_DATA, KIND_DIR, KIND_LINK};
 
-use aligned::PAGE;
 use budget::{Budget, HEADROOM};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 use error::io_err;
 use index::{Index, Pending};
-use layout::{rec_size, round_up, store_seed, HDR};
+use layout::store_seed;
 use parking_lot::Mutex;
 use read::{read_verified, ReadFail};
 use stats::{inc, Counters};
@@ -72,7 +71,7 @@ pub(crate) struct Shared {
     pub full: AtomicBool,
     /// Bytes offered and not yet taken by the writer (bounds the queue's memory).
     pub queued_bytes: AtomicU64,
-    /// The largest entry a cluster holds.
+    /// The largest entry a cluster holds (`cluster_size`).
     pub max_entry: u32,
 }
 
@@ -98,6 +97,18 @@ impl SsdCache {
         ident: &SsdIdentity,
         cfg: SsdConfig,
         reset: bool,
+    ) -> Result<Arc<SsdCache>, SsdError> {
+        Self::open_inner(dir, ident, cfg, reset, true)
+    }
+
+    /// `open`, with O_DIRECT off from the start if `direct` is false (tests of the buffered
+    /// path, which filesystems that refuse O_DIRECT take).
+    pub(crate) fn open_inner(
+        dir: &Path,
+        ident: &SsdIdentity,
+        cfg: SsdConfig,
+        reset: bool,
+        direct: bool,
     ) -> Result<Arc<SsdCache>, SsdError> {
         let t0 = Instant::now();
         cfg.validate()?;
@@ -161,13 +172,13 @@ impl SsdCache {
             pending: Pending::new(),
             budget: Budget::new(cfg.write_rate, cfg.write_burst),
             ctr: Counters::default(),
-            direct: AtomicBool::new(true),
+            direct: AtomicBool::new(direct),
             fill: AtomicU64::new(0),
             cap,
             segments: AtomicU64::new(0),
             full: AtomicBool::new(false),
             queued_bytes: AtomicU64::new(0),
-            max_entry: max_entry(cfg.cluster_size),
+            max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
             cfg,
         });
         let rec = recover::recover(&sh)?;
@@ -377,18 +388,6 @@ impl Drop for SsdCache {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// The largest entry that fits in a cluster with its summary.
-fn max_entry(cluster: u64) -> u32 {
-    let page = PAGE as u64;
-    let mut len = cluster.saturating_sub(page);
-    while len > 0
-        && round_up(HDR as u64 + rec_size(len as u32) as u64, page) + round_up(len, page) > cluster
-    {
-        len -= page;
-    }
-    len as u32
 }
 
 fn is_tier_file(name: &str) -> bool {

@@ -31,6 +31,9 @@ pub(crate) struct Recovered {
     pub segs: BTreeMap<u64, SegInfo>,
     pub next_seq: u64,
     pub entries: u64,
+    /// The checkpoint describes the directory exactly (nothing newer, nothing cut off): no
+    /// need to write another one until something changes.
+    pub clean: bool,
 }
 
 /// How much of a cluster the scan reads at once: the header and, usually, the whole summary.
@@ -39,17 +42,22 @@ const SCAN_CHUNK: usize = 32 << 10;
 pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
     let dir = &sh.dir;
     let mut segs = open_segments(sh)?;
+    let mut clean = true;
     let pos = match checkpoint::load(dir, &sh.uuid, sh.seed) {
         Ok(Some((pos, entries))) => {
             load_checkpoint(sh, &segs, entries);
             pos
         }
-        Ok(None) => Pos::default(),
+        Ok(None) => {
+            clean = false;
+            Pos::default()
+        }
         Err(why) => {
             tracing::warn!(
                 "SSD cache: checkpoint in {} unusable ({why}); rebuilding from segment summaries",
                 dir.display()
             );
+            clean = false;
             Pos::default()
         }
     };
@@ -58,6 +66,7 @@ pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
         if start >= info.len {
             continue;
         }
+        clean = false;
         let (end, why) = scan_segment(sh, info, start);
         if end < info.len {
             tracing::warn!(
@@ -83,6 +92,7 @@ pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
         segs,
         next_seq,
         entries: sh.index.len(),
+        clean,
     })
 }
 
@@ -187,7 +197,7 @@ fn scan_segment(sh: &Shared, info: &SegInfo, start: u64) -> (u64, Option<&'stati
             &sh.uuid,
             seg.seq,
             off,
-            MAX_CLUSTER,
+            2 * MAX_CLUSTER,
         ) {
             Ok(h) => h,
             Err(why) => break Some(why),

@@ -49,7 +49,8 @@ pub struct SsdConfig {
     /// Token bucket depth, bytes (swapcache's maxburst). The bucket starts full.
     pub write_burst: u64,
     pub segment_size: u64,
-    /// The size of one write (swapcache's minburst: no dribbles of tiny writes).
+    /// Entry bytes per write (swapcache's minburst: no dribbles of tiny writes). The cluster's
+    /// summary page(s) come on top, so 16 entries of 64 KiB fill a 1 MiB cluster exactly.
     pub cluster_size: u64,
     /// A partial cluster is written after this long.
     pub flush_interval: Duration,
@@ -78,15 +79,16 @@ impl Default for SsdConfig {
     }
 }
 
-/// The largest cluster: lengths and offsets inside one are stored as u32.
+/// The largest `cluster_size`. A cluster (summary + data) is at most twice that, and its
+/// lengths and offsets are stored as u32.
 pub(crate) const MAX_CLUSTER: u64 = 1 << 30;
 
 impl SsdConfig {
     pub(crate) fn validate(&self) -> Result<(), SsdError> {
         let bad = |m: String| Err(SsdError::Config(m));
-        if self.cluster_size < 8192 || !self.cluster_size.is_multiple_of(4096) {
+        if self.cluster_size < 4096 || !self.cluster_size.is_multiple_of(4096) {
             return bad(format!(
-                "cluster size {} must be a multiple of 4096 and at least 8192",
+                "cluster size {} must be a multiple of 4096",
                 self.cluster_size
             ));
         }
@@ -96,9 +98,9 @@ impl SsdConfig {
                 self.cluster_size
             ));
         }
-        if self.segment_size < self.cluster_size || !self.segment_size.is_multiple_of(4096) {
+        if self.segment_size < 2 * self.cluster_size || !self.segment_size.is_multiple_of(4096) {
             return bad(format!(
-                "segment size {} must be a multiple of 4096 and at least the cluster size {}",
+                "segment size {} must be a multiple of 4096 and at least twice the cluster size {}",
                 self.segment_size, self.cluster_size
             ));
         }

@@ -57,6 +57,7 @@ pub(crate) struct Writer {
     sh: Arc<Shared>,
     rx: Receiver<Msg>,
     /// The open cluster: header + records, and the data area, written with one pwritev.
+    /// Each buffer is `cluster_size` bytes.
     sum: AlignedBuf,
     data: AlignedBuf,
     items: Vec<Item>,
@@ -93,11 +94,11 @@ impl Writer {
             cur: None,
             cur_off: 0,
             next_seq: rec.next_seq,
+            changed: !rec.clean,
             dirty: Vec::new(),
             reinserts: VecDeque::new(),
             last_cp: Instant::now(),
             last_full_check: Instant::now(),
-            changed: false,
             scratch: Vec::new(),
         })
     }
@@ -156,6 +157,9 @@ impl Writer {
 
     fn finish(&mut self) {
         self.drain_all();
+        if !self.changed {
+            return;
+        }
         if let Err(e) = self.checkpoint() {
             tracing::warn!("SSD cache: checkpoint at shutdown failed: {e}");
         }
@@ -225,9 +229,11 @@ impl Writer {
         } else {
             (round_up(self.data_end, align_for(len)), rec_size(len))
         };
+        // The data area holds up to cluster_size bytes; the summary, as many records as fit
+        // in as many bytes (it only grows that far with entries of a few bytes).
+        let cs = self.sh.cfg.cluster_size;
         let summary = round_up((HDR + self.records_len + rec) as u64, PAGE as u64);
-        let data = round_up(off + len as u64, PAGE as u64);
-        (off, summary + data <= self.sh.cfg.cluster_size)
+        (off, summary <= cs && off + len as u64 <= cs)
     }
 
     fn add(&mut self, key: SsdKey, version: u64, data: &[u8], charge: u64, kind: Kind) {
@@ -522,7 +528,10 @@ impl Writer {
         let Some((seq, info)) = self.segs.pop_first() else {
             return false;
         };
-        let keys = std::mem::take(&mut *info.seg.keys.lock());
+        let mut keys = std::mem::take(&mut *info.seg.keys.lock());
+        // A key written twice into this segment is listed twice: visit it once.
+        keys.sort_unstable_by_key(|k| (k.dev, k.ino, k.idx, k.kind));
+        keys.dedup();
         for key in keys {
             let hot = self.sh.index.with_entry(&key, |shard| {
                 let (here, hit) = match shard.get(&key) {

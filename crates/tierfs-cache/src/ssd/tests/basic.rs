@@ -124,11 +124,13 @@ fn kind_switches_and_size_limit() {
         ..key(2)
     };
     assert!(
-        !c.offer(big, 1, data(2, 1, 64 << 10)),
+        !c.offer(big, 1, data(2, 1, (64 << 10) + 1)),
         "larger than a cluster"
     );
+    assert!(c.offer(big, 1, data(2, 1, 64 << 10)), "exactly a cluster");
     c.flush();
     assert_eq!(c.get(&attr, 1).unwrap(), data(1, 1, 100));
+    assert_eq!(c.get(&big, 1).unwrap(), data(2, 1, 64 << 10));
     assert_eq!(c.stats().dropped_other, 2);
 }
 
@@ -206,4 +208,43 @@ fn shutdown_is_idempotent_and_reads_go_on() {
     assert_eq!(c.get(&key(2), 1).unwrap(), data(2, 1, 1000));
     assert!(!c.offer(key(9), 1, data(9, 1, 10)));
     assert!(matches!(c.checkpoint(), Err(SsdError::Closed)));
+}
+
+#[test]
+fn buffered_io_path() {
+    // What a filesystem refusing O_DIRECT (EINVAL) gets: buffered I/O + fadvise(DONTNEED).
+    let d = tmpdir();
+    let open_buffered = || SsdCache::open_inner(d.path(), &ident(), cfg(), false, false).unwrap();
+    {
+        let c = open_buffered();
+        fill(&c, 0..20, 5000);
+        assert_eq!(c.get(&key(3), 1).unwrap(), data(3, 1, 5000));
+    }
+    let c = open_buffered();
+    assert!(!c.sh.direct.load(Relaxed));
+    assert_eq!(
+        c.read_range(&key(19), 1, 4096, 10).unwrap(),
+        data(19, 1, 5000).slice(4096..4106)
+    );
+}
+
+#[test]
+fn works_on_tmpfs() {
+    // Older kernels refuse O_DIRECT on tmpfs (the fallback); newer ones take it.
+    let Ok(d) = tempfile::Builder::new()
+        .prefix("tierfs-ssd-test")
+        .tempdir_in("/dev/shm")
+    else {
+        return;
+    };
+    let c = open(d.path(), cfg());
+    fill(&c, 0..20, 5000);
+    assert_eq!(c.get(&key(3), 1).unwrap(), data(3, 1, 5000));
+}
+
+#[test]
+fn cache_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<SsdCache>();
+    check::<Arc<SsdCache>>();
 }
