@@ -1,11 +1,16 @@
-//! The cache tiers. This issue has the RAM tier ([`RamCache`]) and the single-flight table that
-//! makes concurrent misses on one block wait for one fetch ([`SingleFlight`]). Later: `ssd`,
-//! `meta`, `writeback`, `pressure`.
+//! The cache tiers: the RAM tier ([`RamCache`]), the single-flight table that makes concurrent
+//! misses on one block wait for one fetch ([`SingleFlight`]), and the persistent SSD tier
+//! ([`SsdCache`]). Later: `meta`, `writeback`, `pressure`.
 
 mod key;
 mod ram;
 mod singleflight;
+pub mod ssd;
 
 pub use key::BlockKey;
 pub use ram::{RamCache, RamStats};
 pub use singleflight::{Claim, FlightGuard, SingleFlight};
+pub use ssd::{
+    SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR, KIND_DATA, KIND_DIR,
+    KIND_LINK,
+};

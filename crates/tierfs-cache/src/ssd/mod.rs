@@ -1,0 +1,421 @@
+//! The SSD tier: a persistent, log-structured, checksummed second-level cache on a local disk,
+//! in the spirit of DragonFly's swapcache. Layout and rules: docs/ssd-tier.md.
+//!
+//! - `offer` is admission: never blocks; kind switches, a token-bucket write budget and a
+//!   bounded queue decide. One writer thread packs entries into clusters (one O_DIRECT write
+//!   each) appended to segment files, then publishes them in a sharded in-memory index.
+//! - `get`/`read_range` take one index shard read lock, read the aligned pages with O_DIRECT,
+//!   verify every page CRC (seeded with the entry's key and version) and return a slice of
+//!   the read buffer. A mismatch drops the entry; corrupt data is never returned.
+//! - Capacity: before a new segment, the oldest is reclaimed; its hit entries are rewritten.
+//! - Persistence: a checkpoint of the index plus the summaries written after it; `open`
+//!   rebuilds from both and survives a crash at any moment.
+
+mod aligned;
+mod budget;
+mod checkpoint;
+mod error;
+mod index;
+mod io;
+mod layout;
+mod read;
+mod recover;
+mod segment;
+mod stats;
+mod superblock;
+mod types;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::SsdError;
+pub use stats::SsdStats;
+pub use types::{SsdConfig, SsdIdentity, SsdKey, KIND_ATTR, KIND_DATA, KIND_DIR, KIND_LINK};
+
+use budget::{Budget, HEADROOM};
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Sender, TrySendError};
+use error::io_err;
+use index::{Index, Pending};
+use layout::store_seed;
+use parking_lot::Mutex;
+use read::{read_verified, ReadFail};
+use stats::{inc, Counters};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use writer::{Msg, Writer};
+
+/// State shared by the readers, `offer` and the writer thread.
+pub(crate) struct Shared {
+    pub dir: PathBuf,
+    pub cfg: SsdConfig,
+    pub uuid: [u8; 16],
+    /// Seed of summary and checkpoint CRCs (from the uuid).
+    pub seed: u32,
+    pub index: Index,
+    pub pending: Pending,
+    pub budget: Budget,
+    pub ctr: Counters,
+    /// O_DIRECT works on this filesystem (turned off once if not).
+    pub direct: AtomicBool,
+    /// Bytes of segment files.
+    pub fill: AtomicU64,
+    pub cap: u64,
+    pub segments: AtomicU64,
+    /// No room for a segment even with the cache emptied: admission paused.
+    pub full: AtomicBool,
+    /// Bytes offered and not yet taken by the writer (bounds the queue's memory).
+    pub queued_bytes: AtomicU64,
+    /// The largest entry a cluster holds (`cluster_size`).
+    pub max_entry: u32,
+}
+
+/// Messages the queue holds at most; entries are also bounded in bytes (`QUEUE_CLUSTERS`).
+const QUEUE_LEN: usize = 8192;
+/// The queue holds at most this many clusters' worth of entry bytes.
+const QUEUE_CLUSTERS: u64 = 8;
+const LOCK_FILE: &str = "lock";
+
+pub struct SsdCache {
+    sh: Arc<Shared>,
+    tx: Sender<Msg>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// flock on `<dir>/lock`, held for the life of the cache.
+    _lock: File,
+}
+
+impl SsdCache {
+    /// Opens or creates the tier in `dir` (created if missing). `reset` wipes and recreates it.
+    /// Rebuilds the index (checkpoint + segment summaries newer than it) before returning.
+    pub fn open(
+        dir: &Path,
+        ident: &SsdIdentity,
+        cfg: SsdConfig,
+        reset: bool,
+    ) -> Result<Arc<SsdCache>, SsdError> {
+        Self::open_inner(dir, ident, cfg, reset, true)
+    }
+
+    /// `open`, with O_DIRECT off from the start if `direct` is false (tests of the buffered
+    /// path, which filesystems that refuse O_DIRECT take).
+    pub(crate) fn open_inner(
+        dir: &Path,
+        ident: &SsdIdentity,
+        cfg: SsdConfig,
+        reset: bool,
+        direct: bool,
+    ) -> Result<Arc<SsdCache>, SsdError> {
+        let t0 = Instant::now();
+        cfg.validate()?;
+        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = io::lock_file(&lock_path)
+            .map_err(io_err("lock", &lock_path))?
+            .ok_or_else(|| SsdError::Busy {
+                dir: dir.to_path_buf(),
+            })?;
+        if reset {
+            wipe(dir)?;
+        }
+        let sb = match superblock::load(dir, ident)? {
+            Some(sb) => {
+                if sb.segment_size != cfg.segment_size {
+                    // Segments are self-delimiting; the recorded size is the one in force.
+                    let sb = superblock::Superblock {
+                        segment_size: cfg.segment_size,
+                        ..sb
+                    };
+                    superblock::store(dir, ident, &sb)?;
+                    sb
+                } else {
+                    sb
+                }
+            }
+            None => {
+                if has_tier_files(dir)? {
+                    return Err(SsdError::Damaged {
+                        dir: dir.to_path_buf(),
+                        what: "segment files but no superblock".into(),
+                    });
+                }
+                let sb = superblock::Superblock {
+                    uuid: io::random_uuid(),
+                    segment_size: cfg.segment_size,
+                };
+                superblock::store(dir, ident, &sb)?;
+                sb
+            }
+        };
+        let (total, _) = io::device_space(dir).map_err(io_err("statvfs", dir))?;
+        let auto = (total as u128 * cfg.max_fill_pct as u128 / 100) as u64;
+        let cap = if cfg.max_size == 0 {
+            auto
+        } else {
+            cfg.max_size.min(auto)
+        };
+        if cap < cfg.segment_size {
+            return Err(SsdError::Config(format!(
+                "cache cap of {cap} bytes is smaller than one segment ({} bytes); raise max size or lower the segment size",
+                cfg.segment_size
+            )));
+        }
+        let sh = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            uuid: sb.uuid,
+            seed: store_seed(&sb.uuid),
+            index: Index::new(),
+            pending: Pending::new(),
+            budget: Budget::new(cfg.write_rate, cfg.write_burst),
+            ctr: Counters::default(),
+            direct: AtomicBool::new(direct),
+            fill: AtomicU64::new(0),
+            cap,
+            segments: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            queued_bytes: AtomicU64::new(0),
+            max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
+            cfg,
+        });
+        let rec = recover::recover(&sh)?;
+        sh.fill
+            .store(rec.segs.values().map(|s| s.len).sum(), Relaxed);
+        sh.segments.store(rec.segs.len() as u64, Relaxed);
+        sh.ctr.rebuilt_entries.store(rec.entries, Relaxed);
+        sh.ctr
+            .rebuild_ms
+            .store(t0.elapsed().as_millis() as u64, Relaxed);
+        let (tx, rx) = bounded(QUEUE_LEN);
+        let w = Writer::new(sh.clone(), rx, rec)
+            .ok_or_else(|| SsdError::Config("cannot allocate the cluster buffers".into()))?;
+        let handle = std::thread::Builder::new()
+            .name("tierfs-ssd-writer".into())
+            .spawn(move || w.run())
+            .map_err(io_err("start the writer thread for", dir))?;
+        Ok(Arc::new(SsdCache {
+            sh,
+            tx,
+            writer: Mutex::new(Some(handle)),
+            _lock: lock,
+        }))
+    }
+
+    /// The whole entry if it is stored with this version; every page CRC verified.
+    pub fn get(&self, key: &SsdKey, version: u64) -> Option<Bytes> {
+        self.read(key, version, 0, u32::MAX)
+    }
+
+    /// Bytes `offset .. offset + len` of the entry (clipped to its end); reads and verifies
+    /// only the 4 KiB pages they touch. None if `offset` is past the end.
+    pub fn read_range(&self, key: &SsdKey, version: u64, offset: u32, len: u32) -> Option<Bytes> {
+        self.read(key, version, offset, len)
+    }
+
+    fn read(&self, key: &SsdKey, version: u64, offset: u32, len: u32) -> Option<Bytes> {
+        let sh = &self.sh;
+        let Some(loc) = sh.index.lookup(key, true) else {
+            inc(&sh.ctr.misses);
+            return None;
+        };
+        if loc.version != version {
+            inc(&sh.ctr.misses);
+            if sh.index.remove_if_is(key, &loc) {
+                inc(&sh.ctr.stale_drops);
+            }
+            return None;
+        }
+        match read_verified(key, &loc, offset, len) {
+            Ok(b) => {
+                inc(&sh.ctr.hits);
+                sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
+                Some(b)
+            }
+            Err(ReadFail::Range) => {
+                inc(&sh.ctr.misses);
+                None
+            }
+            Err(f) => {
+                if f == ReadFail::Checksum {
+                    inc(&sh.ctr.checksum_errors);
+                    tracing::warn!(
+                        "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
+                        loc.seg.path.display(),
+                        loc.off
+                    );
+                } else {
+                    inc(&sh.ctr.io_errors);
+                }
+                inc(&sh.ctr.misses);
+                sh.index.remove_if_is(key, &loc);
+                None
+            }
+        }
+    }
+
+    pub fn contains(&self, key: &SsdKey, version: u64) -> bool {
+        self.sh.index.contains(key, version)
+    }
+
+    /// Non-blocking admission. False if not admitted: kind disabled, larger than a cluster,
+    /// write budget exhausted, queue full, device full. True also when the same key and
+    /// version is already stored or queued (it is not written again).
+    pub fn offer(&self, key: SsdKey, version: u64, data: Bytes) -> bool {
+        let sh = &self.sh;
+        let c = &sh.ctr;
+        if !sh.cfg.admits(key.kind) || data.len() > sh.max_entry as usize {
+            inc(&c.dropped_other);
+            return false;
+        }
+        if sh.full.load(Relaxed) {
+            inc(&c.dropped_full);
+            return false;
+        }
+        if sh.index.contains(&key, version) || sh.pending.contains(&key, version) {
+            inc(&c.duplicates);
+            return true;
+        }
+        let len = data.len() as u64;
+        let charge = budget::charge(len as u32);
+        if !sh.budget.try_take(charge, HEADROOM) {
+            inc(&c.dropped_budget);
+            return false;
+        }
+        let limit = QUEUE_CLUSTERS * sh.cfg.cluster_size;
+        if sh.queued_bytes.fetch_add(len, Relaxed) + len > limit {
+            sh.queued_bytes.fetch_sub(len, Relaxed);
+            sh.budget.refund(charge);
+            inc(&c.dropped_queue);
+            return false;
+        }
+        if !sh.pending.claim(key, version) {
+            sh.queued_bytes.fetch_sub(len, Relaxed);
+            sh.budget.refund(charge);
+            inc(&c.duplicates);
+            return true;
+        }
+        let msg = Msg::Put {
+            key,
+            version,
+            data,
+            charge,
+        };
+        match self.tx.try_send(msg) {
+            Ok(()) => {
+                inc(&c.admitted);
+                c.admitted_bytes.fetch_add(len, Relaxed);
+                true
+            }
+            Err(e) => {
+                sh.pending.release(&key, version);
+                sh.queued_bytes.fetch_sub(len, Relaxed);
+                sh.budget.refund(charge);
+                match e {
+                    TrySendError::Full(_) => inc(&c.dropped_queue),
+                    TrySendError::Disconnected(_) => inc(&c.dropped_other),
+                }
+                false
+            }
+        }
+    }
+
+    /// Drops the key (any version) now, and logs a tombstone so a restart does not bring it
+    /// back. Best effort: correctness rests on `version`, so if the queue is full the
+    /// tombstone is skipped.
+    pub fn remove(&self, key: &SsdKey) {
+        self.sh.index.remove(key);
+        let _ = self.tx.try_send(Msg::Remove(*key));
+    }
+
+    /// Writes any pending partial cluster now and waits until it is in the index.
+    pub fn flush(&self) {
+        let (tx, rx) = bounded(1);
+        if self.tx.send(Msg::Flush(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// Writes a checkpoint now (after flushing).
+    pub fn checkpoint(&self) -> Result<(), SsdError> {
+        let (tx, rx) = bounded(1);
+        self.tx
+            .send(Msg::Checkpoint(tx))
+            .map_err(|_| SsdError::Closed)?;
+        rx.recv().map_err(|_| SsdError::Closed)?
+    }
+
+    /// Flush, checkpoint, stop the writer. Idempotent; also done on drop. Reads keep working.
+    pub fn shutdown(&self) {
+        let Some(handle) = self.writer.lock().take() else {
+            return;
+        };
+        let (tx, rx) = bounded(1);
+        if self.tx.send(Msg::Shutdown(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+        let _ = handle.join();
+    }
+
+    pub fn set_write_rate(&self, bytes_per_s: u64) {
+        self.sh.budget.set_rate(bytes_per_s);
+    }
+
+    pub fn set_write_burst(&self, bytes: u64) {
+        self.sh.budget.set_depth(bytes);
+    }
+
+    pub fn stats(&self) -> SsdStats {
+        let sh = &self.sh;
+        let (rate, burst, tokens) = sh.budget.state();
+        SsdStats {
+            write_rate: rate,
+            write_burst: burst,
+            cur_burst: tokens,
+            fill_bytes: sh.fill.load(Relaxed),
+            cap_bytes: sh.cap,
+            segments: sh.segments.load(Relaxed),
+            entries: sh.index.len(),
+            device_free_bytes: io::device_space(&sh.dir).map_or(0, |(_, f)| f),
+            ..sh.ctr.snapshot()
+        }
+    }
+}
+
+impl Drop for SsdCache {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn is_tier_file(name: &str) -> bool {
+    segment::parse_name(name).is_some()
+        || name == checkpoint::FILE
+        || name == checkpoint::TMP
+        || name == superblock::FILE
+        || name == "superblock.tmp"
+}
+
+fn has_tier_files(dir: &Path) -> Result<bool, SsdError> {
+    for ent in fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let ent = ent.map_err(io_err("list", dir))?;
+        if ent.file_name().to_str().is_some_and(is_tier_file) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Removes the tier's own files (and nothing else: the directory may hold other things).
+fn wipe(dir: &Path) -> Result<(), SsdError> {
+    for ent in fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let ent = ent.map_err(io_err("list", dir))?;
+        if ent.file_name().to_str().is_some_and(is_tier_file) {
+            let p = ent.path();
+            fs::remove_file(&p).map_err(io_err("remove", &p))?;
+        }
+    }
+    io::sync_dir(dir).map_err(io_err("fsync", dir))
+}
