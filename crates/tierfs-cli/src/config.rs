@@ -4,13 +4,16 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
-use tierfs_fs::FsConfig;
+use tierfs_fs::{FsConfig, SsdConfig};
 use tierfs_fuse::FuseConfig;
 
 #[derive(Clone, Debug)]
 pub struct Config {
     pub fs: FsConfig,
     pub fuse: FuseConfig,
+    pub ssd: SsdConfig,
+    /// `ssd.enable`: the SSD tier is on unless switched off.
+    pub ssd_enable: bool,
     attr_ttl_set: bool,
     entry_ttl_set: bool,
 }
@@ -78,6 +81,8 @@ impl Default for Config {
         Config {
             fs,
             fuse,
+            ssd: SsdConfig::default(),
+            ssd_enable: true,
             attr_ttl_set: false,
             entry_ttl_set: false,
         }
@@ -175,6 +180,29 @@ impl Config {
                         self.fuse.entry_ttl = self.fs.meta_ttl;
                     }
                 }
+                "ssd.enable" => self.ssd_enable = parse_bool(value)?,
+                "ssd.max_size" => self.ssd.max_size = parse_size(value)?,
+                "ssd.max_fill_pct" => self.ssd.max_fill_pct = parse_count(value, 1, 100)? as u8,
+                "ssd.min_free_pct" => self.ssd.min_free_pct = parse_count(value, 0, 99)? as u8,
+                "ssd.write_rate" => {
+                    self.ssd.write_rate = parse_size(value)?;
+                    if self.ssd.write_rate == 0 {
+                        bail!("must be positive (ssd.enable=false switches the tier off)");
+                    }
+                }
+                "ssd.write_burst" => self.ssd.write_burst = parse_size(value)?,
+                "ssd.segment_size" => self.ssd.segment_size = parse_size(value)?,
+                "ssd.cluster_size" => {
+                    let c = parse_size(value)?;
+                    if !c.is_power_of_two() || !(64 << 10..=64 << 20).contains(&c) {
+                        bail!("must be a power of two from 64K to 64M");
+                    }
+                    self.ssd.cluster_size = c;
+                }
+                "ssd.flush_interval" => self.ssd.flush_interval = parse_duration(value)?,
+                "ssd.checkpoint_interval" => self.ssd.checkpoint_interval = parse_duration(value)?,
+                "ssd.cache_data" => self.ssd.cache_data = parse_bool(value)?,
+                "ssd.cache_meta" => self.ssd.cache_meta = parse_bool(value)?,
                 "meta.cto" => self.fs.meta_cto = parse_bool(value)?,
                 "meta.max_entries" => self.fs.meta_max_entries = parse_count(value, 0, 1 << 32)?,
                 "readahead.max" => self.fs.readahead_max = parse_size(value)?,

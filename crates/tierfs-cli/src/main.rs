@@ -39,6 +39,10 @@ enum Cmd {
         /// Stay in the foreground (log to stderr)
         #[arg(short = 'f', long)]
         foreground: bool,
+        /// Wipe the SSD tier in the cache directory and start it afresh (needed when the
+        /// directory belongs to another store or is damaged beyond repair)
+        #[arg(long)]
+        reset_cache: bool,
     },
     /// Print the counters of a running mount.
     Stats {
@@ -98,6 +102,7 @@ fn main() {
             config: config_file,
             options,
             foreground,
+            reset_cache,
         } => (|| {
             let mut config = config::Config::default();
             if let Some(f) = &config_file {
@@ -114,6 +119,7 @@ fn main() {
                 cache_dir,
                 config,
                 foreground,
+                reset_cache,
             })
         })(),
         Cmd::Stats { mountpoint, json } => {

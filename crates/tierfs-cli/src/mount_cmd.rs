@@ -19,6 +19,7 @@ pub struct MountArgs {
     pub cache_dir: Option<PathBuf>,
     pub config: Config,
     pub foreground: bool,
+    pub reset_cache: bool,
 }
 
 /// Default cache directory: /var/cache/tierfs/<store id> as root, else under
@@ -94,6 +95,13 @@ pub fn run(args: MountArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| default_cache_dir(store.store_id()));
     let lock = prepare_cache_dir(&cache_dir)?;
+    if config_segment_too_small(&args.config) {
+        bail!(
+            "option ssd.segment_size={} must be at least twice ssd.cluster_size={}",
+            args.config.ssd.segment_size,
+            args.config.ssd.cluster_size
+        );
+    }
     if std::fs::metadata("/dev/fuse").is_err() {
         bail!("/dev/fuse is missing: load the fuse module (modprobe fuse) or install fuse3");
     }
@@ -113,6 +121,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         &cache_dir,
         config,
         args.foreground,
+        args.reset_cache,
         ready,
         lock,
     );
@@ -208,12 +217,49 @@ fn raise_fd_limit() {
     }
 }
 
+fn config_segment_too_small(c: &Config) -> bool {
+    c.ssd.segment_size < 2 * c.ssd.cluster_size
+}
+
+/// Opens (or creates) the SSD tier in `<cache dir>/ssd`, rebuilding its index before the mount
+/// serves anything.
+fn open_ssd(
+    cache_dir: &Path,
+    store_id: &str,
+    config: &Config,
+    reset: bool,
+) -> Result<Option<Arc<tierfs_fs::SsdCache>>> {
+    if !config.ssd_enable {
+        return Ok(None);
+    }
+    let ident = tierfs_fs::SsdIdentity {
+        store_id: store_id.to_string(),
+        block_size: config.fs.block_size as u32,
+    };
+    let t = std::time::Instant::now();
+    let ssd = tierfs_fs::SsdCache::open(&cache_dir.join("ssd"), &ident, config.ssd.clone(), reset)
+        .map_err(|e| anyhow::anyhow!("SSD tier: {e}"))?;
+    let st = ssd.stats();
+    tracing::info!(
+        "SSD tier: {} entries in {} segments ({} bytes of {} cap), index rebuilt in {} ms ({:.0?} to open)",
+        st.entries,
+        st.segments,
+        st.fill_bytes,
+        st.cap_bytes,
+        st.rebuild_ms,
+        t.elapsed()
+    );
+    Ok(Some(ssd))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serve(
     store: PosixStore,
     mountpoint: &Path,
     cache_dir: &Path,
     config: Config,
     foreground: bool,
+    reset_cache: bool,
     mut ready: Option<File>,
     _lock: File,
 ) -> Result<()> {
@@ -231,7 +277,8 @@ fn serve(
     // mount behind, e.g. a cache dir path too long for a unix socket) and reported through
     // `ready`, so the parent prints it as its one line.
     let setup = (|| -> Result<_> {
-        let fs = tierfs_fs::Fs::new(store, config.fs.clone())
+        let ssd = open_ssd(cache_dir, store.store_id(), &config, reset_cache)?;
+        let fs = tierfs_fs::Fs::with_ssd(store, config.fs.clone(), ssd)
             .map_err(|e| anyhow::anyhow!("backing store: {e}"))?;
         let stats_fs = fs.clone();
         control::serve(&socket, move |cmd| match cmd {
@@ -309,6 +356,11 @@ fn serve(
         }
     }
     let _ = std::fs::remove_file(&socket);
+    if let Some(ssd) = fs.ssd() {
+        // Pending clusters written and the index checkpointed: the next mount starts warm
+        // without scanning the log.
+        ssd.shutdown();
+    }
     tracing::info!("unmounted {}", mountpoint.display());
     r.context("FUSE session")
 }

@@ -14,7 +14,7 @@ use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use tierfs_cache::{BlockKey, RamCache, SingleFlight};
+use tierfs_cache::{BlockKey, RamCache, SingleFlight, SsdCache, SsdKey, KIND_DIR, KIND_LINK};
 use tierfs_store::{Attr, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
 
 pub(crate) type St<S> = CountedStore<S>;
@@ -85,6 +85,8 @@ pub struct Fs<S: Store> {
     next_fh: AtomicU64,
     pub(crate) stats: FsStats,
     pub(crate) meta: MetaCache,
+    /// The persistent second-level tier, if the mount has one.
+    pub(crate) ssd: Option<Arc<SsdCache>>,
     pub(crate) ra_pool: Pool,
     as_root: bool,
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
@@ -97,12 +99,17 @@ const ESTALE_RETRY_MS: u64 = 1000;
 
 impl<S: Store> Fs<S> {
     pub fn new(store: S, cfg: FsConfig) -> Result<Arc<Fs<S>>> {
+        Self::with_ssd(store, cfg, None)
+    }
+
+    /// A filesystem with an SSD tier below the RAM tier.
+    pub fn with_ssd(store: S, cfg: FsConfig, ssd: Option<Arc<SsdCache>>) -> Result<Arc<Fs<S>>> {
         let store = CountedStore::new(store);
         let (root, root_attr) = store.root()?;
         if root_attr.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        Ok(Arc::new(Fs {
+        let fs = Arc::new(Fs {
             inodes: InodeTable::new(root, &root_attr, 1 << 20),
             cache: RamCache::new(cfg.ram_max),
             flights: SingleFlight::new(Err(crate::read::FetchError::Errno(Errno::EIO))),
@@ -111,12 +118,19 @@ impl<S: Store> Fs<S> {
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),
             meta: MetaCache::new(cfg.meta_ttl, cfg.meta_max_entries),
+            ssd,
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
             as_root: unsafe { libc::geteuid() } == 0,
             estale: DashMap::new(),
             store,
             cfg,
-        }))
+        });
+        fs.meta.put_attr(&root_attr, Instant::now());
+        Ok(fs)
+    }
+
+    pub fn ssd(&self) -> Option<&Arc<SsdCache>> {
+        self.ssd.as_ref()
     }
 
     pub fn config(&self) -> &FsConfig {
@@ -194,6 +208,10 @@ impl<S: Store> Fs<S> {
             return Ok(None);
         }
         let mut found = self.meta.lookup(p.id, name);
+        if matches!(found, NameLookup::Unknown) && !self.meta.has_listing(p.id) {
+            self.restore_listing(p);
+            found = self.meta.lookup(p.id, name);
+        }
         if matches!(found, NameLookup::Unknown) && self.meta.has_listing(p.id) {
             self.list_dir(p)?;
             found = self.meta.lookup(p.id, name);
@@ -221,8 +239,17 @@ impl<S: Store> Fs<S> {
 
     /// Lists a directory with attributes from the backing store and records the result.
     pub(crate) fn list_dir(&self, d: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, Attr)>> {
+        let node = self.node(d)?;
+        // The directory's attributes name the listing's version in the SSD tier: they must
+        // be taken *before* the listing, so a change in between gives a version that no
+        // later lookup asks for (a miss), never an old listing under a new version.
+        let dir_attr = match self.meta.attr(d.id) {
+            Some((a, _)) => Some(a),
+            None if self.ssd_meta() => self.store.getattr(&node).ok(),
+            None => None,
+        };
         let at = Instant::now();
-        let listing = self.store.readdir_plus(&self.node(d)?)?;
+        let listing = self.store.readdir_plus(&node)?;
         let mut out = Vec::with_capacity(listing.len());
         let mut complete = true;
         for (e, attr) in listing {
@@ -234,6 +261,9 @@ impl<S: Store> Fs<S> {
         FsStats::add(&self.stats.meta_listings, 1);
         if complete {
             self.meta.put_listing(d.id, &out, at);
+            if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
+                self.persist_listing(&da, &out, at);
+            }
         } else {
             // Entries vanished while listing, or the store cannot stat in the same pass:
             // not a listing to answer negative lookups from.
@@ -243,6 +273,48 @@ impl<S: Store> Fs<S> {
             }
         }
         Ok(out)
+    }
+
+    fn ssd_meta(&self) -> bool {
+        self.ssd.is_some() && self.meta.enabled()
+    }
+
+    fn meta_key(kind: u8, a: &Attr) -> SsdKey {
+        SsdKey {
+            kind,
+            dev: a.dev,
+            ino: a.ino,
+            idx: 0,
+        }
+    }
+
+    fn persist_listing(&self, dir: &Attr, entries: &[(OsString, Attr)], at: Instant) {
+        let Some(ssd) = &self.ssd else { return };
+        if let Some(rec) = crate::meta_codec::encode_listing(entries, at) {
+            let v = crate::meta_codec::version_of(&dir.fingerprint());
+            ssd.offer(Self::meta_key(KIND_DIR, dir), v, rec.into());
+        }
+    }
+
+    /// Brings a directory's listing back from the SSD tier (after a restart, or after the
+    /// RAM copy was dropped), if the directory is unchanged since it was stored.
+    fn restore_listing(&self, d: &Arc<Inode<St<S>>>) -> bool {
+        if !self.ssd_meta() {
+            return false;
+        }
+        let (Some(ssd), Some((dattr, _))) = (&self.ssd, self.meta.attr(d.id)) else {
+            return false;
+        };
+        let v = crate::meta_codec::version_of(&dattr.fingerprint());
+        let Some(rec) = ssd.get(&Self::meta_key(KIND_DIR, &dattr), v) else {
+            return false;
+        };
+        let Some((entries, validated)) = crate::meta_codec::decode_listing(&rec) else {
+            return false;
+        };
+        FsStats::add(&self.stats.meta_ssd_hits, 1);
+        self.meta.put_listing(d.id, &entries, validated);
+        true
     }
 
     /// The backing node of an inode, resolving it from its parent and name if the inode was
@@ -338,12 +410,32 @@ impl<S: Store> Fs<S> {
                 FsStats::add(&self.stats.meta_hits, 1);
                 return Ok(t);
             }
+            if let (Some(ssd), true) = (&self.ssd, self.meta.enabled()) {
+                let v = crate::meta_codec::version_of(&attr.fingerprint());
+                if let Some(t) = ssd.get(&Self::meta_key(KIND_LINK, &attr), v) {
+                    use std::os::unix::ffi::OsStringExt;
+                    let t = OsString::from_vec(t.to_vec());
+                    FsStats::add(&self.stats.meta_ssd_hits, 1);
+                    self.meta.put_link_target(&attr, &t);
+                    return Ok(t);
+                }
+            }
         }
         let node = self.node(&i)?;
+        // Attributes first, for the same reason as in `list_dir`.
+        let attr = self.store.getattr(&node);
         let target = self.store.readlink(&node)?;
-        if let Ok(attr) = self.store.getattr(&node) {
+        if let Ok(attr) = attr {
             self.meta.put_attr(&attr, Instant::now());
             self.meta.put_link_target(&attr, &target);
+            if let (Some(ssd), true) = (&self.ssd, self.meta.enabled()) {
+                use std::os::unix::ffi::OsStrExt;
+                if !crate::file_state::racy(&attr.fingerprint()) {
+                    let v = crate::meta_codec::version_of(&attr.fingerprint());
+                    let bytes = bytes::Bytes::copy_from_slice(target.as_bytes());
+                    ssd.offer(Self::meta_key(KIND_LINK, &attr), v, bytes);
+                }
+            }
         }
         Ok(target)
     }
@@ -725,6 +817,9 @@ impl<S: Store> Fs<S> {
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
+        if self.meta.listing(i.id).is_none() && !self.meta.has_listing(i.id) {
+            self.restore_listing(&i);
+        }
         let listing: Vec<(OsString, FileKind, u64)> = match self.meta.listing(i.id) {
             Some(l) => {
                 FsStats::add(&self.stats.meta_hits, 1);
@@ -845,6 +940,10 @@ impl<S: Store> Fs<S> {
             stale_fetches: FsStats::get(&s.stale_fetches),
             version_changes: FsStats::get(&s.version_changes),
             meta_hits: FsStats::get(&s.meta_hits),
+            meta_ssd_hits: FsStats::get(&s.meta_ssd_hits),
+            ssd_blocks: FsStats::get(&s.ssd_blocks),
+            ssd_range_reads: FsStats::get(&s.ssd_range_reads),
+            ssd: self.ssd.as_ref().map(|s| s.stats()),
             meta_listings: FsStats::get(&s.meta_listings),
             lazy_opens: FsStats::get(&s.lazy_opens),
             meta_attrs: self.meta.counts().0,

@@ -9,6 +9,7 @@ mod file_state;
 mod fs;
 mod inode;
 mod meta;
+mod meta_codec;
 mod pool;
 mod read;
 mod stats;
@@ -20,6 +21,7 @@ pub use file_state::RACY_WINDOW;
 pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
 pub use stats::{FsStats, StatsSnapshot};
+pub use tierfs_cache::{SsdCache, SsdConfig, SsdError, SsdIdentity, SsdStats};
 pub use tierfs_store::{
     Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
 };

@@ -21,6 +21,12 @@ pub struct FsStats {
     pub version_changes: AtomicU64,
     /// Lookups, getattrs, listings and symlink reads answered by the metadata cache.
     pub meta_hits: AtomicU64,
+    /// Directory listings and symlink targets brought back from the SSD tier.
+    pub meta_ssd_hits: AtomicU64,
+    /// Blocks read from the SSD tier into the RAM tier.
+    pub ssd_blocks: AtomicU64,
+    /// Partial-block reads answered straight from the SSD tier (not promoted to RAM).
+    pub ssd_range_reads: AtomicU64,
     /// Directories listed (with attributes) from the backing store.
     pub meta_listings: AtomicU64,
     /// Opens answered without the backing store (`meta.cto=off`).
@@ -45,6 +51,11 @@ pub struct StatsSnapshot {
     pub stale_fetches: u64,
     pub version_changes: u64,
     pub meta_hits: u64,
+    pub meta_ssd_hits: u64,
+    pub ssd_blocks: u64,
+    pub ssd_range_reads: u64,
+    /// The SSD tier's own counters; absent without one.
+    pub ssd: Option<tierfs_cache::SsdStats>,
     pub meta_listings: u64,
     pub lazy_opens: u64,
     pub meta_attrs: u64,

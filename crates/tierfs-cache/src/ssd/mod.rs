@@ -78,7 +78,7 @@ pub(crate) struct Shared {
 /// Messages the queue holds at most; entries are also bounded in bytes (`QUEUE_CLUSTERS`).
 const QUEUE_LEN: usize = 8192;
 /// The queue holds at most this many clusters' worth of entry bytes.
-const QUEUE_CLUSTERS: u64 = 8;
+const QUEUE_CLUSTERS: u64 = 64;
 const LOCK_FILE: &str = "lock";
 
 pub struct SsdCache {
@@ -254,6 +254,75 @@ impl SsdCache {
                 None
             }
         }
+    }
+
+    /// Whole entries of one version (the blocks of one file version), in the order of
+    /// `keys`. Entries stored next to each other are read with one I/O: the blocks of a file
+    /// admitted in order lie in order in the log, so a sequential reader gets large reads
+    /// instead of one 64 KiB read per block.
+    pub fn get_many(&self, keys: &[SsdKey], version: u64) -> Vec<Option<Bytes>> {
+        let sh = &self.sh;
+        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut found: Vec<(usize, SsdKey, index::Loc)> = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            match sh.index.lookup(k, true) {
+                Some(loc) if loc.version == version => found.push((i, *k, loc)),
+                Some(loc) => {
+                    inc(&sh.ctr.misses);
+                    if sh.index.remove_if_is(k, &loc) {
+                        inc(&sh.ctr.stale_drops);
+                    }
+                }
+                None => inc(&sh.ctr.misses),
+            }
+        }
+        found.sort_by(|a, b| {
+            (Arc::as_ptr(&a.2.seg) as usize, a.2.off)
+                .cmp(&(Arc::as_ptr(&b.2.seg) as usize, b.2.off))
+        });
+        let mut start = 0;
+        while start < found.len() {
+            let mut end = start + 1;
+            while end < found.len() {
+                let (p, n) = (&found[end - 1].2, &found[end].2);
+                let gap = n.off.saturating_sub(p.off + p.len as u64);
+                let span = n.off + n.len as u64 - found[start].2.off;
+                // Close enough: only summary pages and padding between them.
+                if !Arc::ptr_eq(&p.seg, &n.seg) || gap > 64 << 10 || span > read::MAX_RUN_READ {
+                    break;
+                }
+                end += 1;
+            }
+            let run: Vec<(SsdKey, index::Loc)> = found[start..end]
+                .iter()
+                .map(|(_, k, l)| (*k, l.clone()))
+                .collect();
+            for ((i, k, loc), r) in found[start..end].iter().zip(read::read_run(&run)) {
+                match r {
+                    Ok(b) => {
+                        inc(&sh.ctr.hits);
+                        sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
+                        out[*i] = Some(b);
+                    }
+                    Err(f) => {
+                        if f == read::ReadFail::Checksum {
+                            inc(&sh.ctr.checksum_errors);
+                            tracing::warn!(
+                                "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
+                                loc.seg.path.display(),
+                                loc.off
+                            );
+                        } else {
+                            inc(&sh.ctr.io_errors);
+                        }
+                        inc(&sh.ctr.misses);
+                        sh.index.remove_if_is(k, loc);
+                    }
+                }
+            }
+            start = end;
+        }
+        out
     }
 
     pub fn contains(&self, key: &SsdKey, version: u64) -> bool {

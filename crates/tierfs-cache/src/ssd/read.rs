@@ -70,3 +70,58 @@ pub(crate) fn read_verified(
     let e = (loc.off + end - a0) as usize;
     Ok(Bytes::from_owner(buf).slice(s..e))
 }
+
+/// Largest single read [`read_run`] issues.
+pub(crate) const MAX_RUN_READ: u64 = 8 << 20;
+
+/// Verifies the whole entry at `loc` inside `data`, which holds the file from byte `base`.
+fn verify_in(key: &SsdKey, loc: &Loc, data: &[u8], base: u64) -> Result<Bytes, ReadFail> {
+    let page = PAGE as u64;
+    let elen = loc.len as u64;
+    let seed = entry_seed(key, loc.version);
+    let units = if elen < page { 1 } else { elen.div_ceil(page) };
+    for p in 0..units {
+        let b = (loc.off + p * page - base) as usize;
+        let e = b + ((elen - p * page).min(page)) as usize;
+        let want = loc.crcs.get(p as usize).ok_or(ReadFail::Checksum)?;
+        let got = data.get(b..e).ok_or(ReadFail::Io)?;
+        if page_crc(seed, p as usize, got) != *want {
+            return Err(ReadFail::Checksum);
+        }
+    }
+    let s = (loc.off - base) as usize;
+    // A copy per entry: the caller caches entries one by one, and a slice would pin the whole
+    // run's buffer until every entry of it was evicted.
+    Ok(Bytes::copy_from_slice(&data[s..s + elen as usize]))
+}
+
+/// Reads whole entries that lie close together in one segment (blocks of a file admitted in
+/// order are) with one aligned read, then verifies each. `locs` must be sorted by offset and
+/// in one segment, spanning at most [`MAX_RUN_READ`].
+pub(crate) fn read_run(items: &[(SsdKey, Loc)]) -> Vec<Result<Bytes, ReadFail>> {
+    let page = PAGE as u64;
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        return Vec::new();
+    };
+    let a0 = first.1.off / page * page;
+    let a1 = (last.1.off + last.1.len as u64).div_ceil(page) * page;
+    let n = (a1 - a0) as usize;
+    let Some(mut buf) = AlignedBuf::new(n) else {
+        return items.iter().map(|_| Err(ReadFail::Io)).collect();
+    };
+    if n > 0
+        && first
+            .1
+            .seg
+            .file
+            .read_exact_at(&mut buf.as_mut_slice()[..n], a0)
+            .is_err()
+    {
+        return items.iter().map(|_| Err(ReadFail::Io)).collect();
+    }
+    let data = &buf.as_slice()[..n];
+    items
+        .iter()
+        .map(|(k, loc)| verify_in(k, loc, data, a0))
+        .collect()
+}
