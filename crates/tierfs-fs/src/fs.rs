@@ -155,9 +155,16 @@ impl<S: Store> Fs<S> {
         self.as_root.then_some((req.uid, req.gid))
     }
 
-    fn entry(&self, node: S::Node, mut attr: Attr) -> Entry {
+    /// Records a name the kernel learns, found under `parent` as `name` with `node`.
+    fn entry(
+        &self,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        node: S::Node,
+        mut attr: Attr,
+    ) -> Entry {
         self.meta.put_attr(&attr, Instant::now());
-        let inode = self.inodes.remember(node, &attr);
+        let inode = self.inodes.remember(parent.clone(), name, node, &attr);
         attr.ino = inode.ino;
         Entry {
             ino: inode.ino,
@@ -189,7 +196,7 @@ impl<S: Store> Fs<S> {
             Some(e) => e,
             None => {
                 let (node, attr) = self.store.lookup(&self.node(&p)?, name)?;
-                self.entry(node, attr)
+                self.entry(&p, name, node, attr)
             }
         };
         if pid != 0 {
@@ -198,6 +205,43 @@ impl<S: Store> Fs<S> {
             }
         }
         Ok(e)
+    }
+
+    /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
+    /// None when it would need the SSD tier or the backing store.
+    pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
+        if !self.meta.enabled() {
+            return None;
+        }
+        let p = self.inodes.get(parent)?;
+        let child = match self.meta.lookup(p.id, name) {
+            NameLookup::Found(c) => c,
+            NameLookup::Absent => {
+                FsStats::add(&self.stats.meta_hits, 1);
+                return Some(Err(Errno::ENOENT));
+            }
+            NameLookup::Unknown => return None,
+        };
+        let (mut attr, at) = self.meta.attr(child.id)?;
+        FsStats::add(&self.stats.meta_hits, 1);
+        let inode = self.inodes.remember_lazy(p, name, &attr, at);
+        if pid != 0 {
+            inode.note_lookup(pid);
+        }
+        attr.ino = inode.ino;
+        Some(Ok(Entry {
+            ino: inode.ino,
+            attr,
+            age: at.elapsed(),
+        }))
+    }
+
+    /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
+    pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, std::time::Duration)> {
+        let i = self.inodes.get(ino)?;
+        let (attr, at) = self.meta.attr(i.id)?;
+        FsStats::add(&self.stats.meta_hits, 1);
+        Some((self.with_ino(&i, attr), at.elapsed()))
     }
 
     /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
@@ -322,11 +366,11 @@ impl<S: Store> Fs<S> {
     /// kernel then looks the path up again.
     pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<S::Node> {
         if let Some(n) = i.node() {
-            return Ok(n.clone());
+            return Ok(n);
         }
         let origin = i.origin.lock().clone();
         let Some((parent, name)) = origin else {
-            return i.node().cloned().ok_or(Errno::ESTALE);
+            return i.node().ok_or(Errno::ESTALE);
         };
         let pnode = self.node(&parent)?;
         let (node, attr) = match self.store.lookup(&pnode, &name) {
@@ -341,8 +385,8 @@ impl<S: Store> Fs<S> {
             return Err(Errno::ESTALE);
         }
         self.meta.put_attr(&attr, Instant::now());
-        i.set_node(node);
-        i.node().cloned().ok_or(Errno::ESTALE)
+        self.inodes.hold_node(i, node.clone());
+        Ok(node)
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -453,7 +497,7 @@ impl<S: Store> Fs<S> {
             .store
             .mknod(&self.node(&p)?, name, mode, rdev, self.owner(req))?;
         self.meta.add_name(p.id, name, &attr);
-        Ok(self.entry(node, attr))
+        Ok(self.entry(&p, name, node, attr))
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
@@ -464,7 +508,7 @@ impl<S: Store> Fs<S> {
         self.meta.add_name(p.id, name, &attr);
         // A new directory is empty: its listing is known without asking.
         self.meta.put_listing(ident(&attr), &[], Instant::now());
-        Ok(self.entry(node, attr))
+        Ok(self.entry(&p, name, node, attr))
     }
 
     pub fn symlink(
@@ -480,7 +524,7 @@ impl<S: Store> Fs<S> {
             .symlink(&self.node(&p)?, name, target, self.owner(req))?;
         self.meta.add_name(p.id, name, &attr);
         self.meta.put_link_target(&attr, target);
-        Ok(self.entry(node, attr))
+        Ok(self.entry(&p, name, node, attr))
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
@@ -492,13 +536,13 @@ impl<S: Store> Fs<S> {
             st.observe_own_metadata_change(&attr);
         }
         self.meta.add_name(np.id, newname, &attr);
-        Ok(self.entry(node, attr))
+        Ok(self.entry(&np, newname, node, attr))
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.inode(parent)?;
         let pnode = self.node(&p)?;
-        let victim = self.resolve_victim(&p, name);
+        let victim = self.resolve_victim(&p, name, true);
         let r = self.store.unlink(&pnode, name);
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
@@ -510,7 +554,7 @@ impl<S: Store> Fs<S> {
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.inode(parent)?;
         let pnode = self.node(&p)?;
-        let victim = self.resolve_victim(&p, name);
+        let victim = self.resolve_victim(&p, name, true);
         let r = self.store.rmdir(&pnode, name);
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
@@ -523,21 +567,35 @@ impl<S: Store> Fs<S> {
     /// resolved (learned from the metadata cache) resolves now, while the name still leads
     /// to it; open files and later operations on it keep working.
     /// Returns the identity the name holds (its attributes change: link count, ctime).
-    fn resolve_victim(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<crate::meta::Ident> {
-        if !self.meta.enabled() {
-            return None;
-        }
-        if let NameLookup::Found(c) = self.meta.lookup(p.id, name) {
-            if let Some(i) = self.inodes.by_ident(c.id) {
-                let _ = self.node(&i);
+    /// With `pin`, the inode keeps its node from now on (the name it was found by goes away).
+    fn resolve_victim(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        pin: bool,
+    ) -> Option<crate::meta::Ident> {
+        let known = match self.meta.lookup(p.id, name) {
+            NameLookup::Found(c) => self.inodes.by_ident(c.id).map(|i| (c.id, i)),
+            _ => None,
+        };
+        if let Some((id, i)) = known {
+            if pin {
+                if let Ok(n) = self.node(&i) {
+                    i.pin_node(n);
+                }
             }
-            return Some(c.id);
+            return Some(id);
+        }
+        if !self.meta.enabled() && !pin {
+            return None;
         }
         // Not in a listing: ask, or the cached attributes of the object would keep a link
         // count that is no longer true.
         let (node, attr) = self.store.lookup(&self.node(p).ok()?, name).ok()?;
-        if let Some(i) = self.inodes.by_ident(ident(&attr)) {
-            i.set_node(node);
+        if pin {
+            if let Some(i) = self.inodes.by_ident(ident(&attr)) {
+                i.pin_node(node);
+            }
         }
         Some(ident(&attr))
     }
@@ -564,8 +622,9 @@ impl<S: Store> Fs<S> {
         let p = self.inode(parent)?;
         let np = self.inode(newparent)?;
         let (pnode, npnode) = (self.node(&p)?, self.node(&np)?);
-        let moved = self.resolve_victim(&p, name);
-        let victim = self.resolve_victim(&np, newname);
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let moved = self.resolve_victim(&p, name, false);
+        let victim = self.resolve_victim(&np, newname, !exchange);
         let r = self.store.rename(&pnode, name, &npnode, newname, flags);
         for id in [moved, victim].into_iter().flatten() {
             self.meta.drop_attr(id);
@@ -583,7 +642,8 @@ impl<S: Store> Fs<S> {
             Ok((node, attr)) => {
                 self.meta.add_name(np.id, newname, &attr);
                 if let Some(i) = self.inodes.by_ident(ident(&attr)) {
-                    i.set_node(node);
+                    i.moved_to(np.clone(), newname);
+                    self.inodes.hold_node(&i, node);
                 }
                 self.note_own_metadata_change(&attr);
             }
@@ -594,7 +654,8 @@ impl<S: Store> Fs<S> {
                 Ok((node, attr)) => {
                     self.meta.add_name(p.id, name, &attr);
                     if let Some(i) = self.inodes.by_ident(ident(&attr)) {
-                        i.set_node(node);
+                        i.moved_to(p.clone(), name);
+                        self.inodes.hold_node(&i, node);
                     }
                     self.note_own_metadata_change(&attr);
                 }
@@ -645,6 +706,25 @@ impl<S: Store> Fs<S> {
     /// every time; a change drops our cached blocks and the kernel's page cache.
     pub fn open(&self, ino: u64, flags: i32) -> Result<OpenReply> {
         self.open_by(ino, flags, 0)
+    }
+
+    /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
+    /// FUSE thread itself; None when it needs the backing store.
+    pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
+        let i = self.inodes.get(ino)?;
+        let st = i.file.clone()?;
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        if !read_only || self.cfg.meta_cto || st.expired(self.cfg.meta_ttl) {
+            return None;
+        }
+        FsStats::add(&self.stats.lazy_opens, 1);
+        let keep_cache = st.opened_trusted();
+        let fh = self.add_open_file(i, None, flags).ok()?;
+        Some(OpenReply {
+            fh,
+            keep_cache,
+            attrs_stale: false,
+        })
     }
 
     /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
@@ -744,7 +824,7 @@ impl<S: Store> Fs<S> {
             self.store
                 .create(&self.node(&p)?, name, mode, flags, self.owner(req))?;
         self.meta.add_name(p.id, name, &attr);
-        let entry = self.entry(node, attr);
+        let entry = self.entry(&p, name, node, attr);
         let inode = self.inode(entry.ino)?;
         if let Some(st) = &inode.file {
             st.invalidate(Some(&attr));
@@ -932,6 +1012,7 @@ impl<S: Store> Fs<S> {
             read_requests: FsStats::get(&s.read_requests),
             read_bytes: FsStats::get(&s.read_bytes),
             read_ram_only: FsStats::get(&s.read_ram_only),
+            read_inline: FsStats::get(&s.read_inline),
             write_requests: FsStats::get(&s.write_requests),
             write_bytes: FsStats::get(&s.write_bytes),
             fetched_blocks: FsStats::get(&s.fetched_blocks),

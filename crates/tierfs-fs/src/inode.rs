@@ -9,7 +9,7 @@ use crate::file_state::FileState;
 use dashmap::DashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 use tierfs_store::{Attr, FileKind, Store};
 
@@ -19,11 +19,15 @@ pub struct Inode<S: Store> {
     pub ino: u64,
     /// Backing identity (device, inode).
     pub id: (u64, u64),
-    /// The backing node, resolved on first need: an inode learned from a cached listing has
-    /// none until an operation has to reach the backing store (see `Fs::node`).
-    node: OnceLock<S::Node>,
-    /// Where to resolve it from: parent directory and name.
+    /// The backing node (an open descriptor for PosixStore), when held. An inode learned
+    /// from a cached listing has none until an operation has to reach the backing store
+    /// (see `Fs::node`); a file's node may be let go again (see [`InodeTable::hold_node`]).
+    node: parking_lot::Mutex<Option<S::Node>>,
+    /// Where to resolve it from: parent directory and the latest name it was found by.
     pub(crate) origin: parking_lot::Mutex<Option<(Arc<Inode<S>>, OsString)>>,
+    /// The node is held for good: the name it was found by went away (unlink, rename over),
+    /// so it could not be resolved again.
+    pinned: std::sync::atomic::AtomicBool,
     pub kind: FileKind,
     /// Kernel lookup count (FUSE forget protocol).
     lookups: AtomicU64,
@@ -45,14 +49,29 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl<S: Store> Inode<S> {
-    pub fn node(&self) -> Option<&S::Node> {
-        self.node.get()
+    pub fn node(&self) -> Option<S::Node> {
+        self.node.lock().clone()
     }
 
-    /// Sets the node if it is still unresolved.
-    pub(crate) fn set_node(&self, node: S::Node) {
-        let _ = self.node.set(node);
-        *self.origin.lock() = None;
+    /// Holds `node` for good (see `pinned`).
+    pub(crate) fn pin_node(&self, node: S::Node) {
+        let mut n = self.node.lock();
+        if n.is_none() {
+            *n = Some(node);
+        }
+        self.pinned.store(true, Relaxed);
+    }
+
+    /// The object now lives under `parent` as `name` (our own rename).
+    pub(crate) fn moved_to(&self, parent: Arc<Inode<S>>, name: &std::ffi::OsStr) {
+        *self.origin.lock() = Some((parent, name.to_owned()));
+    }
+
+    /// Lets go of the node unless it is pinned or there is no name to resolve it by.
+    fn release_node(&self) {
+        if !self.pinned.load(Relaxed) && self.origin.lock().is_some() {
+            *self.node.lock() = None;
+        }
     }
 
     pub(crate) fn note_lookup(&self, pid: u32) {
@@ -74,7 +93,14 @@ pub struct InodeTable<S: Store> {
     /// File states by backing identity; outlive kernel inodes (swapcache's lesson).
     files: DashMap<(u64, u64), Arc<FileState>>,
     max_files: usize,
+    /// Inodes other than directories that hold their node, oldest first: at most
+    /// [`FILE_NODES`], so a `grep -r` over a million files does not hold a million
+    /// descriptors (directories keep theirs: there are far fewer of them).
+    file_nodes: parking_lot::Mutex<std::collections::VecDeque<std::sync::Weak<Inode<S>>>>,
 }
+
+/// How many non-directory inodes may hold their node at once.
+const FILE_NODES: usize = 4096;
 
 impl<S: Store> InodeTable<S> {
     pub fn new(root: S::Node, root_attr: &Attr, max_files: usize) -> Self {
@@ -86,14 +112,16 @@ impl<S: Store> InodeTable<S> {
             next_synthetic: AtomicU64::new(SYNTHETIC_BASE),
             files: DashMap::new(),
             max_files,
+            file_nodes: Default::default(),
         };
         t.inodes.insert(
             crate::ROOT_INO,
             Arc::new(Inode {
                 ino: crate::ROOT_INO,
                 id: (root_attr.dev, root_attr.ino),
-                node: OnceLock::from(root),
+                node: parking_lot::Mutex::new(Some(root)),
                 origin: parking_lot::Mutex::new(None),
+                pinned: std::sync::atomic::AtomicBool::new(true),
                 kind: FileKind::Dir,
                 lookups: AtomicU64::new(1),
                 file: None,
@@ -170,9 +198,45 @@ impl<S: Store> InodeTable<S> {
             .clone()
     }
 
-    /// Records that the kernel learned of `node` (lookup, create, ...): adds one lookup.
-    pub fn remember(&self, node: S::Node, attr: &Attr) -> Arc<Inode<S>> {
-        self.remember_with(Some(node), None, attr, Instant::now())
+    /// Records that the kernel learned of `node`, found under `parent` as `name` (lookup,
+    /// create, ...): adds one lookup.
+    pub fn remember(
+        &self,
+        parent: Arc<Inode<S>>,
+        name: &std::ffi::OsStr,
+        node: S::Node,
+        attr: &Attr,
+    ) -> Arc<Inode<S>> {
+        let inode = self.remember_with(None, Some((parent, name.to_owned())), attr, Instant::now());
+        self.hold_node(&inode, node);
+        inode
+    }
+
+    /// Gives `inode` its node. A directory keeps it; other objects keep theirs while they are
+    /// among the last [`FILE_NODES`] resolved, then resolve again from their name when needed.
+    pub(crate) fn hold_node(&self, inode: &Arc<Inode<S>>, node: S::Node) {
+        {
+            let mut n = inode.node.lock();
+            if n.is_some() {
+                return;
+            }
+            *n = Some(node);
+        }
+        if inode.kind == FileKind::Dir {
+            return;
+        }
+        let old = {
+            let mut q = self.file_nodes.lock();
+            q.push_back(Arc::downgrade(inode));
+            if q.len() > FILE_NODES {
+                q.pop_front()
+            } else {
+                None
+            }
+        };
+        if let Some(i) = old.and_then(|w| w.upgrade()) {
+            i.release_node();
+        }
     }
 
     /// Like [`InodeTable::remember`] for a name learned from the metadata cache: the node is
@@ -198,24 +262,23 @@ impl<S: Store> InodeTable<S> {
         let ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
         let mut node = node;
+        let origin_again = origin.clone();
         let entry = self.inodes.entry(ino).or_insert_with(|| {
             Arc::new(Inode {
                 ino,
                 id: (attr.dev, attr.ino),
-                node: match node.take() {
-                    Some(n) => OnceLock::from(n),
-                    None => OnceLock::new(),
-                },
+                node: parking_lot::Mutex::new(node.take()),
                 origin: parking_lot::Mutex::new(origin),
+                pinned: std::sync::atomic::AtomicBool::new(false),
                 kind: attr.kind,
                 lookups: AtomicU64::new(0),
                 file,
                 looked_up: parking_lot::Mutex::new((0, 0)),
             })
         });
-        if let Some(n) = node {
-            // An inode first learned from the cache now has its node.
-            entry.set_node(n);
+        if let Some(o) = origin_again {
+            // The latest name it was found by is the one most likely to still hold it.
+            *entry.origin.lock() = Some(o);
         }
         entry.lookups.fetch_add(1, Relaxed);
         entry.clone()

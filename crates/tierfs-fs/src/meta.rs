@@ -32,6 +32,11 @@ pub struct Child {
 /// The complete set of names in one directory, as of `validated`.
 pub struct Listing {
     pub names: rustc_hash::FxHashMap<OsString, Child>,
+    /// The names in the backing store's order (plus names we added since; removed ones are
+    /// skipped when listing). Listing in the same order every time matters: the SSD tier
+    /// lays small files out in the order they were first read, and reads them back fastest
+    /// in that order.
+    order: Vec<OsString>,
     pub validated: Instant,
 }
 
@@ -117,7 +122,16 @@ impl MetaCache {
         if !self.fresh(l.validated) {
             return None;
         }
-        Some(l.names.iter().map(|(n, c)| (n.clone(), *c)).collect())
+        let mut seen = rustc_hash::FxHashSet::default();
+        Some(
+            l.order
+                .iter()
+                .filter_map(|n| {
+                    let c = l.names.get(n)?;
+                    seen.insert(n).then(|| (n.clone(), *c))
+                })
+                .collect(),
+        )
     }
 
     /// Replaces the listing of `dir` and the attributes of its entries, all validated at `at`.
@@ -127,6 +141,7 @@ impl MetaCache {
         }
         let mut names = rustc_hash::FxHashMap::default();
         names.reserve(entries.len());
+        let order = entries.iter().map(|(n, _)| n.clone()).collect();
         for (name, a) in entries {
             names.insert(
                 name.clone(),
@@ -141,6 +156,7 @@ impl MetaCache {
             dir,
             Listing {
                 names,
+                order,
                 validated: at,
             },
         );
@@ -149,13 +165,19 @@ impl MetaCache {
     /// Our own operation added `name` to `dir` (create, mkdir, link, rename target).
     pub fn add_name(&self, dir: Ident, name: &OsStr, attr: &Attr) {
         if let Some(mut l) = self.dirs.get_mut(&dir) {
-            l.names.insert(
-                name.to_owned(),
-                Child {
-                    id: ident(attr),
-                    kind: attr.kind,
-                },
-            );
+            let new = l
+                .names
+                .insert(
+                    name.to_owned(),
+                    Child {
+                        id: ident(attr),
+                        kind: attr.kind,
+                    },
+                )
+                .is_none();
+            if new {
+                l.order.push(name.to_owned());
+            }
         }
         self.put_attr(attr, Instant::now());
         // The directory's own mtime/ctime moved.

@@ -73,6 +73,12 @@ impl<S: Store> Fs<S> {
         v.fp.size.saturating_sub(idx * bs).min(bs)
     }
 
+    fn ssd_buffered(&self, of: &OpenFile<S>, v: &Version, idx: u64) -> Option<Bytes> {
+        let ssd = self.ssd.as_ref()?;
+        let b = ssd.get_buffered(&self.ssd_key(of, idx), version_of(&v.fp))?;
+        (b.len() as u64 == self.block_len(v, idx)).then_some(b)
+    }
+
     /// Completes the claimed blocks the SSD tier holds (whole, verified, read in large runs)
     /// and puts them in the RAM tier; returns the claims it could not serve.
     fn load_from_ssd<'a>(
@@ -154,9 +160,18 @@ impl<S: Store> Fs<S> {
         };
         let mut blocks = Vec::with_capacity((span.last - span.first + 1) as usize);
         for idx in span.first..=span.last {
-            match self.cache.peek(&self.key(&of, v.gen, idx)) {
+            let key = self.key(&of, v.gen, idx);
+            match self.cache.peek(&key) {
                 Some(b) => blocks.push(b),
-                None => return false,
+                // A small block the SSD tier holds in a read-around window: no I/O either.
+                None => match self.ssd_buffered(&of, &v, idx) {
+                    Some(b) => {
+                        FsStats::add(&self.stats.ssd_blocks, 1);
+                        self.cache.insert(key, b.clone());
+                        blocks.push(b);
+                    }
+                    None => return false,
+                },
             }
         }
         drop(guard);
@@ -184,6 +199,7 @@ impl<S: Store> Fs<S> {
         if ok {
             self.cache.count_hits(blocks.len() as u64, len as u64);
             self.count_read(len as u64, true);
+            FsStats::add(&self.stats.read_inline, 1);
             self.read_ahead(&of, &v, &span);
         }
         ok

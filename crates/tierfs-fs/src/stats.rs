@@ -7,6 +7,8 @@ pub struct FsStats {
     pub read_bytes: AtomicU64,
     /// Read requests answered entirely from the RAM tier.
     pub read_ram_only: AtomicU64,
+    /// Read requests answered on the FUSE thread (RAM tier or an SSD read-around window).
+    pub read_inline: AtomicU64,
     pub write_requests: AtomicU64,
     pub write_bytes: AtomicU64,
     /// Blocks fetched from the backing store for a reader that was waiting.
@@ -43,6 +45,7 @@ pub struct StatsSnapshot {
     pub read_requests: u64,
     pub read_bytes: u64,
     pub read_ram_only: u64,
+    pub read_inline: u64,
     pub write_requests: u64,
     pub write_bytes: u64,
     pub fetched_blocks: u64,

@@ -117,6 +117,11 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // Answered from the metadata cache right here when it can be: a thread hand-off per
+        // name costs more than the lookup itself (`grep -r`, `find`).
+        if let Some(r) = self.fs.lookup_fast(parent.0, name, req.pid()) {
+            return entry_reply(reply, self.attr_ttl, self.entry_ttl, r);
+        }
         let (name, pid) = (name.to_owned(), req.pid());
         self.spawn(move |fs, at, et| {
             entry_reply(reply, at, et, fs.lookup_by(parent.0, &name, pid))
@@ -128,6 +133,9 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some((a, age)) = self.fs.getattr_fast(ino.0) {
+            return reply.attr(&self.attr_ttl.saturating_sub(age), &file_attr(&a));
+        }
         self.spawn(move |fs, at, _| match fs.getattr_aged(ino.0) {
             Ok((a, age)) => reply.attr(&at.saturating_sub(age), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -273,6 +281,9 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(o) = self.fs.open_fast(ino.0, flags.0) {
+            return reply.opened(FileHandle(o.fh), open_flags(o.keep_cache));
+        }
         let (notifier, pid) = (self.notifier.clone(), req.pid());
         self.spawn(move |fs, _, _| match fs.open_by(ino.0, flags.0, pid) {
             Ok(o) => {
@@ -346,8 +357,11 @@ impl<S: Store> Filesystem for Adapter<S> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Write-through: every write is already in the backing store when it is acknowledged.
-        reply.ok();
+        // Write-through: every write is already in the backing store when it is acknowledged,
+        // so close has nothing to flush. ENOSYS tells the kernel to stop sending FLUSH for
+        // the rest of the session: one request less per close(2), which is a quarter of the
+        // requests a `grep -r` over small files costs.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

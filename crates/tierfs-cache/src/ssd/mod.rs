@@ -24,6 +24,7 @@ mod segment;
 mod stats;
 mod superblock;
 mod types;
+mod window;
 mod writer;
 
 #[cfg(test)]
@@ -73,6 +74,8 @@ pub(crate) struct Shared {
     pub queued_bytes: AtomicU64,
     /// The largest entry a cluster holds (`cluster_size`).
     pub max_entry: u32,
+    /// Read-around windows for small entries.
+    pub windows: Arc<window::Windows>,
 }
 
 /// Messages the queue holds at most; entries are also bounded in bytes (`QUEUE_CLUSTERS`).
@@ -179,8 +182,10 @@ impl SsdCache {
             full: AtomicBool::new(false),
             queued_bytes: AtomicU64::new(0),
             max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
+            windows: Arc::new(window::Windows::default()),
             cfg,
         });
+        sh.windows.start_prefetch();
         let rec = recover::recover(&sh)?;
         sh.fill
             .store(rec.segs.values().map(|s| s.len).sum(), Relaxed);
@@ -228,7 +233,22 @@ impl SsdCache {
             }
             return None;
         }
-        match read_verified(key, &loc, offset, len) {
+        let small_whole = offset == 0 && len == u32::MAX && loc.len < window::SMALL;
+        let around = if small_whole {
+            sh.windows.find(&loc.seg, loc.off, loc.len).or_else(|| {
+                sh.windows
+                    .worth_it()
+                    .then(|| sh.windows.read(&loc.seg, loc.off, loc.len))
+                    .flatten()
+            })
+        } else {
+            None
+        };
+        let result = match around {
+            Some((data, base)) => read::verify_in(key, &loc, &data, base),
+            None => read_verified(key, &loc, offset, len),
+        };
+        match result {
             Ok(b) => {
                 inc(&sh.ctr.hits);
                 sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
@@ -261,6 +281,10 @@ impl SsdCache {
     /// admitted in order lie in order in the log, so a sequential reader gets large reads
     /// instead of one 64 KiB read per block.
     pub fn get_many(&self, keys: &[SsdKey], version: u64) -> Vec<Option<Bytes>> {
+        if let [key] = keys {
+            // One entry: the single read path, with read-around for small ones.
+            return vec![self.get(key, version)];
+        }
         let sh = &self.sh;
         let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
         let mut found: Vec<(usize, SsdKey, index::Loc)> = Vec::with_capacity(keys.len());
@@ -323,6 +347,22 @@ impl SsdCache {
             start = end;
         }
         out
+    }
+
+    /// The entry if it can be served without I/O (from a read-around window), for callers
+    /// that must not block.
+    pub fn get_buffered(&self, key: &SsdKey, version: u64) -> Option<Bytes> {
+        let sh = &self.sh;
+        let loc = sh.index.lookup(key, false)?;
+        if loc.version != version || loc.len >= window::SMALL {
+            return None;
+        }
+        let (data, base) = sh.windows.find(&loc.seg, loc.off, loc.len)?;
+        let b = read::verify_in(key, &loc, &data, base).ok()?;
+        sh.index.lookup(key, true);
+        inc(&sh.ctr.hits);
+        sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
+        Some(b)
     }
 
     pub fn contains(&self, key: &SsdKey, version: u64) -> bool {
@@ -418,6 +458,7 @@ impl SsdCache {
 
     /// Flush, checkpoint, stop the writer. Idempotent; also done on drop. Reads keep working.
     pub fn shutdown(&self) {
+        self.sh.windows.stop_prefetch();
         let Some(handle) = self.writer.lock().take() else {
             return;
         };
@@ -448,6 +489,8 @@ impl SsdCache {
             segments: sh.segments.load(Relaxed),
             entries: sh.index.len(),
             device_free_bytes: io::device_space(&sh.dir).map_or(0, |(_, f)| f),
+            window_reads: sh.windows.total_reads.load(Relaxed),
+            window_hits: sh.windows.total_hits.load(Relaxed),
             ..sh.ctr.snapshot()
         }
     }

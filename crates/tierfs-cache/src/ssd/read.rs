@@ -75,7 +75,12 @@ pub(crate) fn read_verified(
 pub(crate) const MAX_RUN_READ: u64 = 8 << 20;
 
 /// Verifies the whole entry at `loc` inside `data`, which holds the file from byte `base`.
-fn verify_in(key: &SsdKey, loc: &Loc, data: &[u8], base: u64) -> Result<Bytes, ReadFail> {
+pub(crate) fn verify_in(
+    key: &SsdKey,
+    loc: &Loc,
+    data: &[u8],
+    base: u64,
+) -> Result<Bytes, ReadFail> {
     let page = PAGE as u64;
     let elen = loc.len as u64;
     let seed = entry_seed(key, loc.version);

@@ -34,6 +34,9 @@ pub struct SsdStats {
     pub entries: u64,
     /// Reads whose data did not match its checksum (the entry is dropped, never served).
     pub checksum_errors: u64,
+    /// Read-around windows read (on a miss, or ahead of the reader) and entries served from them.
+    pub window_reads: u64,
+    pub window_hits: u64,
     /// Reads or writes that failed with an I/O error.
     pub io_errors: u64,
     /// Entries dropped because the version asked for differs from the stored one.

@@ -551,6 +551,8 @@ impl Writer {
                 self.reinserts.push_back((key, loc));
             }
         }
+        // A kept read-around window would hold the unlinked file's space.
+        self.sh.windows.forget(&info.seg);
         if let Err(e) = std::fs::remove_file(&info.seg.path) {
             tracing::warn!("SSD cache: cannot remove {}: {e}", info.seg.path.display());
         }
