@@ -29,6 +29,17 @@ pub fn run(mountpoint: &Path, json: bool) -> Result<()> {
             format!("{:.4}", h as f64 / (h + m) as f64),
         ));
     }
+    let ssd = &v["ssd"];
+    let (h, m) = (
+        ssd["hits"].as_u64().unwrap_or(0),
+        ssd["misses"].as_u64().unwrap_or(0),
+    );
+    if h + m > 0 {
+        lines.push((
+            "ssd.hit_ratio".into(),
+            format!("{:.4}", h as f64 / (h + m) as f64),
+        ));
+    }
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, val) in lines {
         println!("tierfs.{k:<width$}  {val}");
