@@ -309,10 +309,15 @@ impl SsdCache {
             let mut end = start + 1;
             while end < found.len() {
                 let (p, n) = (&found[end - 1].2, &found[end].2);
+                // Another segment ends the run (and its offsets are not comparable: the span
+                // below would underflow).
+                if !Arc::ptr_eq(&p.seg, &n.seg) {
+                    break;
+                }
                 let gap = n.off.saturating_sub(p.off + p.len as u64);
                 let span = n.off + n.len as u64 - found[start].2.off;
                 // Close enough: only summary pages and padding between them.
-                if !Arc::ptr_eq(&p.seg, &n.seg) || gap > 64 << 10 || span > read::MAX_RUN_READ {
+                if gap > 64 << 10 || span > read::MAX_RUN_READ {
                     break;
                 }
                 end += 1;

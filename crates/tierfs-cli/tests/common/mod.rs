@@ -3,11 +3,12 @@
 //! hanging CI.
 #![allow(dead_code)]
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tierfs_store::{FaultConfig, FaultStore, PosixStore};
 
 pub fn tierfs_bin() -> &'static str {
@@ -103,6 +104,27 @@ impl BinMount {
         m
     }
 
+    /// A BinMount in a temporary directory under `parent` (e.g. /var/tmp, a real disk where
+    /// /tmp may be a tmpfs), not mounted yet: fill BACKING, then [`BinMount::mount`]. The
+    /// cache directory stays the same across unmounts and remounts.
+    pub fn unmounted_in(parent: &Path) -> BinMount {
+        let dir = tempfile::Builder::new()
+            .prefix("tierfs-test-")
+            .tempdir_in(parent)
+            .expect("tempdir");
+        let backing = dir.path().join("backing");
+        let mnt = dir.path().join("mnt");
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        BinMount {
+            dir,
+            backing,
+            mnt,
+            cache,
+        }
+    }
+
     pub fn mount(&self, opts: &[&str]) {
         let mut cmd = Command::new("timeout");
         cmd.arg("30")
@@ -141,30 +163,138 @@ impl BinMount {
 
     /// `tierfs stats --json`, parsed.
     pub fn stats(&self) -> serde_json::Value {
-        let out = Command::new("timeout")
-            .arg("20")
-            .arg(tierfs_bin())
-            .args(["stats", "--json"])
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
+        stats_of(&self.mnt)
+    }
+
+    /// The pid of the daemon serving this mount.
+    pub fn daemon_pid(&self) -> Option<i32> {
+        daemon_pid(&self.mnt)
+    }
+
+    /// A clean unmount that returns only once the daemon has exited, i.e. after its
+    /// shutdown work (the SSD tier's flush and checkpoint). `fusermount3 -u` returns as soon
+    /// as the kernel has let go, before that.
+    pub fn unmount_and_wait(&self) {
+        let pid = self.daemon_pid().expect("no daemon for this mount");
+        self.unmount();
         assert!(
-            out.status.success(),
-            "tierfs stats: {}",
-            String::from_utf8_lossy(&out.stderr)
+            wait_exit(pid, Duration::from_secs(60)),
+            "daemon {pid} still running 60 s after unmount"
         );
-        serde_json::from_slice(&out.stdout).expect("stats JSON")
+    }
+
+    /// `kill -9` of the daemon (no shutdown work of any kind), then a lazy unmount of the
+    /// dead mount, as an administrator would do after a crash.
+    pub fn kill_daemon(&self) {
+        let pid = self.daemon_pid().expect("no daemon for this mount");
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(
+            wait_exit(pid, Duration::from_secs(20)),
+            "daemon {pid} survived SIGKILL"
+        );
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
     }
 }
 
 impl Drop for BinMount {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The daemon's log goes with the temporary directory: show its end.
+            if let Ok(log) = std::fs::read_to_string(self.cache.join("tierfs.log")) {
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                eprintln!(
+                    "--- end of {}:\n{tail}",
+                    self.cache.join("tierfs.log").display()
+                );
+            }
+        }
+        let pid = self.daemon_pid();
         if is_mounted(&self.mnt) {
             let _ = Command::new("fusermount3")
                 .arg("-uz")
                 .arg(&self.mnt)
                 .status();
         }
+        // Let the daemon finish writing into the cache directory before the temporary
+        // directory is removed (bounded: a hung daemon must not hang the test).
+        if let Some(pid) = pid {
+            wait_exit(pid, Duration::from_secs(5));
+        }
+    }
+}
+
+/// `tierfs stats --json MNT`, parsed.
+pub fn stats_of(mnt: &Path) -> serde_json::Value {
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(tierfs_bin())
+        .args(["stats", "--json"])
+        .arg(mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tierfs stats: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stats JSON")
+}
+
+/// The pid of the daemon serving `mnt`: the `tierfs mount ... MNT ...` process (its parent,
+/// same command line, exits as soon as the mount is up, before `BinMount::mount` returns).
+pub fn daemon_pid(mnt: &Path) -> Option<i32> {
+    let want = mnt.as_os_str().as_bytes();
+    for ent in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(ent.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_tierfs = args
+            .first()
+            .is_some_and(|a| Path::new(std::ffi::OsStr::from_bytes(a)).ends_with("tierfs"));
+        if is_tierfs && args.get(1) == Some(&&b"mount"[..]) && args.contains(&want) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Waits until process `pid` has exited (gone, or a zombie); false on timeout.
+pub fn wait_exit(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            // The state is the field after the command name, which is in parentheses. A
+            // zombie leader may still have threads exiting (holding its files, and so its
+            // locks): it is gone once it is the only task left.
+            Ok(s) => {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+                    && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) <= 1
+            }
+        };
+        if gone {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `echo 3 > /proc/sys/vm/drop_caches` (clean pages only; needs root).
+pub fn drop_caches() {
+    if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
+        eprintln!("drop_caches: {e}");
     }
 }
 
