@@ -19,7 +19,15 @@ impl Pool {
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     while let Ok(job) = rx.recv() {
-                        job();
+                        // A bug in one job must not take a thread of the pool with it: after
+                        // `threads` of them the pool would serve nothing. (A FUSE request whose
+                        // job panicked gets EIO when its reply object is dropped.)
+                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                            tracing::error!(
+                                "a job panicked in the {} pool",
+                                std::thread::current().name().unwrap_or("?")
+                            );
+                        }
                     }
                 })
                 .expect("spawn pool thread");
