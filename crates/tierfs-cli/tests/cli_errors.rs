@@ -346,3 +346,31 @@ fn stats_on_a_non_tierfs_mount() {
     let line = one_line_error(&out, "/");
     assert!(line.contains("not a tierfs mount"), "{line}");
 }
+
+/// A cache directory made for one store is refused for another, with a line that names the
+/// way out; `--reset-cache` then rebuilds it and the mount serves the new store.
+#[test]
+fn cache_dir_of_another_store() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.p("b2")).unwrap();
+    std::fs::write(s.p("b2").join("f"), b"second store").unwrap();
+    let mnt = s.p("m");
+    let first = tierfs(mount_args(&s, &s.p("b"), &mnt, &[]));
+    assert!(first.status.success(), "{first:?}");
+    let unmounted = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    if !unmounted.is_ok_and(|st| st.success()) {
+        abort_mount(&mnt);
+    }
+    let out = tierfs(mount_args(&s, &s.p("b2"), &mnt, &[]));
+    let line = one_line_error(&out, "--reset-cache");
+    assert!(line.contains("belongs to store"), "{line}");
+    nothing_mounted(&mnt);
+    let out = tierfs(mount_args(&s, &s.p("b2"), &mnt, &["--reset-cache"]));
+    assert!(out.status.success(), "{out:?}");
+    let mnt2 = mnt.clone();
+    let data = with_timeout(Duration::from_secs(30), vec![mnt.clone()], move || {
+        std::fs::read(mnt2.join("f")).unwrap()
+    });
+    let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
+    assert_eq!(data, b"second store");
+}
