@@ -214,26 +214,13 @@ impl<S: Store> Fs<S> {
             return None;
         }
         let p = self.inodes.get(parent)?;
-        let child = match self.meta.lookup(p.id, name) {
-            NameLookup::Found(c) => c,
-            NameLookup::Absent => {
-                FsStats::add(&self.stats.meta_hits, 1);
-                return Some(Err(Errno::ENOENT));
+        let r = self.answer_from_listing(&p, name, self.meta.lookup(p.id, name))?;
+        if let (Ok(e), true) = (&r, pid != 0) {
+            if let Some(i) = self.inodes.get(e.ino) {
+                i.note_lookup(pid);
             }
-            NameLookup::Unknown => return None,
-        };
-        let (mut attr, at) = self.meta.attr(child.id)?;
-        FsStats::add(&self.stats.meta_hits, 1);
-        let inode = self.inodes.remember_lazy(p, name, &attr, at);
-        if pid != 0 {
-            inode.note_lookup(pid);
         }
-        attr.ino = inode.ino;
-        Some(Ok(Entry {
-            ino: inode.ino,
-            attr,
-            age: at.elapsed(),
-        }))
+        Some(r)
     }
 
     /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
@@ -260,21 +247,30 @@ impl<S: Store> Fs<S> {
             self.list_dir(p)?;
             found = self.meta.lookup(p.id, name);
         }
+        self.answer_from_listing(p, name, found).transpose()
+    }
+
+    /// The entry a cached listing gives for `name`: ENOENT if the fresh listing lacks it,
+    /// None if the cache cannot answer (no fresh listing, or no fresh attributes).
+    fn answer_from_listing(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        found: NameLookup,
+    ) -> Option<Result<Entry>> {
         let child = match found {
             NameLookup::Found(c) => c,
             NameLookup::Absent => {
                 FsStats::add(&self.stats.meta_hits, 1);
-                return Err(Errno::ENOENT);
+                return Some(Err(Errno::ENOENT));
             }
-            NameLookup::Unknown => return Ok(None),
+            NameLookup::Unknown => return None,
         };
-        let Some((mut attr, at)) = self.meta.attr(child.id) else {
-            return Ok(None);
-        };
+        let (mut attr, at) = self.meta.attr(child.id)?;
         FsStats::add(&self.stats.meta_hits, 1);
         let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
         attr.ino = inode.ino;
-        Ok(Some(Entry {
+        Some(Ok(Entry {
             ino: inode.ino,
             attr,
             age: at.elapsed(),
@@ -709,7 +705,8 @@ impl<S: Store> Fs<S> {
     }
 
     /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
-    /// FUSE thread itself; None when it needs the backing store.
+    /// FUSE thread itself; None when it needs the backing store. Trusting the metadata cache,
+    /// the backing file is opened only when a read misses every tier.
     pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
         let i = self.inodes.get(ino)?;
         let st = i.file.clone()?;
@@ -729,20 +726,11 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
     pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+        if let Some(o) = self.open_fast(ino, flags) {
+            return Ok(o);
+        }
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
-        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
-        if read_only && !self.cfg.meta_cto && !st.expired(self.cfg.meta_ttl) {
-            // Trusting the metadata cache: no backing call until a read misses every tier.
-            FsStats::add(&self.stats.lazy_opens, 1);
-            let keep_cache = st.opened_trusted();
-            let fh = self.add_open_file(i, None, flags)?;
-            return Ok(OpenReply {
-                fh,
-                keep_cache,
-                attrs_stale: false,
-            });
-        }
         let node = self.node(&i)?;
         let handle = if flags & libc::O_TRUNC != 0 {
             // Never truncate a replaced file that others may still be reading.

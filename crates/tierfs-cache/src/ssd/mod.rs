@@ -259,18 +259,7 @@ impl SsdCache {
                 None
             }
             Err(f) => {
-                if f == ReadFail::Checksum {
-                    inc(&sh.ctr.checksum_errors);
-                    tracing::warn!(
-                        "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
-                        loc.seg.path.display(),
-                        loc.off
-                    );
-                } else {
-                    inc(&sh.ctr.io_errors);
-                }
-                inc(&sh.ctr.misses);
-                sh.index.remove_if_is(key, &loc);
+                self.failed(key, &loc, f);
                 None
             }
         }
@@ -333,25 +322,30 @@ impl SsdCache {
                         sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
                         out[*i] = Some(b);
                     }
-                    Err(f) => {
-                        if f == read::ReadFail::Checksum {
-                            inc(&sh.ctr.checksum_errors);
-                            tracing::warn!(
-                                "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
-                                loc.seg.path.display(),
-                                loc.off
-                            );
-                        } else {
-                            inc(&sh.ctr.io_errors);
-                        }
-                        inc(&sh.ctr.misses);
-                        sh.index.remove_if_is(k, loc);
-                    }
+                    Err(f) => self.failed(k, loc, f),
                 }
             }
             start = end;
         }
         out
+    }
+
+    /// A read of the entry at `loc` failed: counted, and the entry dropped (the caller reads
+    /// the backing store instead; nothing unverified is ever returned).
+    fn failed(&self, key: &SsdKey, loc: &index::Loc, f: ReadFail) {
+        let sh = &self.sh;
+        if f == ReadFail::Checksum {
+            inc(&sh.ctr.checksum_errors);
+            tracing::warn!(
+                "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
+                loc.seg.path.display(),
+                loc.off
+            );
+        } else {
+            inc(&sh.ctr.io_errors);
+        }
+        inc(&sh.ctr.misses);
+        sh.index.remove_if_is(key, loc);
     }
 
     /// The entry if it can be served without I/O (from a read-around window), for callers

@@ -55,10 +55,27 @@ pub(crate) fn read_verified(
             .read_exact_at(&mut buf.as_mut_slice()[..n], a0)
             .map_err(|_| ReadFail::Io)?;
     }
+    check_pages(key, loc, buf.as_slice(), a0, p0, p1)?;
+    let s = (loc.off + start - a0) as usize;
+    let e = (loc.off + end - a0) as usize;
+    Ok(Bytes::from_owner(buf).slice(s..e))
+}
+
+/// Checks the CRC units `p0..p1` of the entry at `loc` against `data`, which holds the
+/// segment file from byte `base`.
+fn check_pages(
+    key: &SsdKey,
+    loc: &Loc,
+    data: &[u8],
+    base: u64,
+    p0: u64,
+    p1: u64,
+) -> Result<(), ReadFail> {
+    let page = PAGE as u64;
+    let elen = loc.len as u64;
     let seed = entry_seed(key, loc.version);
-    let data = buf.as_slice();
     for p in p0..p1 {
-        let b = (loc.off + p * page - a0) as usize;
+        let b = (loc.off + p * page - base) as usize;
         let e = b + ((elen - p * page).min(page)) as usize;
         let want = loc.crcs.get(p as usize).ok_or(ReadFail::Checksum)?;
         let got = data.get(b..e).ok_or(ReadFail::Io)?;
@@ -66,9 +83,7 @@ pub(crate) fn read_verified(
             return Err(ReadFail::Checksum);
         }
     }
-    let s = (loc.off + start - a0) as usize;
-    let e = (loc.off + end - a0) as usize;
-    Ok(Bytes::from_owner(buf).slice(s..e))
+    Ok(())
 }
 
 /// Largest single read [`read_run`] issues.
@@ -83,17 +98,8 @@ pub(crate) fn verify_in(
 ) -> Result<Bytes, ReadFail> {
     let page = PAGE as u64;
     let elen = loc.len as u64;
-    let seed = entry_seed(key, loc.version);
     let units = if elen < page { 1 } else { elen.div_ceil(page) };
-    for p in 0..units {
-        let b = (loc.off + p * page - base) as usize;
-        let e = b + ((elen - p * page).min(page)) as usize;
-        let want = loc.crcs.get(p as usize).ok_or(ReadFail::Checksum)?;
-        let got = data.get(b..e).ok_or(ReadFail::Io)?;
-        if page_crc(seed, p as usize, got) != *want {
-            return Err(ReadFail::Checksum);
-        }
-    }
+    check_pages(key, loc, data, base, 0, units)?;
     let s = (loc.off - base) as usize;
     // A copy per entry: the caller caches entries one by one, and a slice would pin the whole
     // run's buffer until every entry of it was evicted.
