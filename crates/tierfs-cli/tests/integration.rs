@@ -1048,3 +1048,27 @@ fn stats_show_ram_hits_and_no_backing_reads_on_reread() {
         stat_u64(&s3, &["ram", "hit_bytes"]) >= stat_u64(&s1, &["ram", "hit_bytes"]) + SIZE as u64
     );
 }
+
+/// Names made behind our back while a directory listing is cached: with close-to-open (the
+/// default), the next open finds a new file at once, and a name removed behind our back is
+/// gone for the next open too, even with an hour of `meta.ttl`.
+#[test]
+fn new_and_removed_names_are_seen_at_the_next_open() {
+    let m = BinMount::new(&["ram.max=16M", "meta.ttl=1h"]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    std::fs::create_dir(backing.join("d")).unwrap();
+    std::fs::write(backing.join("d/old"), b"old").unwrap();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        // The listing (with attributes) is now cached for an hour.
+        let names: Vec<_> = std::fs::read_dir(mnt.join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("old")]);
+        std::fs::write(backing.join("d/new"), b"new").unwrap();
+        assert_eq!(std::fs::read(mnt.join("d/new")).unwrap(), b"new");
+        std::fs::remove_file(backing.join("d/old")).unwrap();
+        let e = std::fs::read(mnt.join("d/old")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    });
+}

@@ -196,6 +196,8 @@ impl<S: Store> Fs<S> {
             Some(e) => e,
             None => {
                 let (node, attr) = self.store.lookup(&self.node(&p)?, name)?;
+                // A name the listing lacked (created behind our back): it has it now.
+                self.meta.learn_name(p.id, name, &attr);
                 self.entry(&p, name, node, attr)
             }
         };
@@ -260,6 +262,10 @@ impl<S: Store> Fs<S> {
     ) -> Option<Result<Entry>> {
         let child = match found {
             NameLookup::Found(c) => c,
+            // Close-to-open covers new names too: a file created behind our back must be
+            // found by the next open, so with `meta.cto` a name missing from the listing is
+            // asked for (a positive answer is checked again by the open itself).
+            NameLookup::Absent if self.cfg.meta_cto => return None,
             NameLookup::Absent => {
                 FsStats::add(&self.stats.meta_hits, 1);
                 return Some(Err(Errno::ENOENT));

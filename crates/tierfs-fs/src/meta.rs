@@ -184,6 +184,20 @@ impl MetaCache {
         self.attrs.remove(&dir);
     }
 
+    /// A lookup in the backing store found `name` in `dir`: a listing we hold gets it, if it
+    /// lacked it (created behind our back since the listing).
+    pub fn learn_name(&self, dir: Ident, name: &OsStr, attr: &Attr) {
+        if let Some(mut l) = self.dirs.get_mut(&dir) {
+            let child = Child {
+                id: ident(attr),
+                kind: attr.kind,
+            };
+            if l.names.insert(name.to_owned(), child).is_none() {
+                l.order.push(name.to_owned());
+            }
+        }
+    }
+
     /// Our own operation removed `name` from `dir` (unlink, rmdir, rename source).
     pub fn remove_name(&self, dir: Ident, name: &OsStr) -> Option<Child> {
         let removed = self
