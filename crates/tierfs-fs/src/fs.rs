@@ -242,7 +242,7 @@ impl<S: Store> Fs<S> {
         }
         let mut found = self.meta.lookup(p.id, name);
         if matches!(found, NameLookup::Unknown) && !self.meta.has_listing(p.id) {
-            self.restore_listing(p);
+            self.restore_listing(p, false);
             found = self.meta.lookup(p.id, name);
         }
         if matches!(found, NameLookup::Unknown) && self.meta.has_listing(p.id) {
@@ -344,7 +344,8 @@ impl<S: Store> Fs<S> {
 
     /// Brings a directory's listing back from the SSD tier (after a restart, or after the
     /// RAM copy was dropped), if the directory is unchanged since it was stored.
-    fn restore_listing(&self, d: &Arc<Inode<St<S>>>) -> bool {
+    /// With `no_io`, only from data already in memory (a read-around window).
+    fn restore_listing(&self, d: &Arc<Inode<St<S>>>, no_io: bool) -> bool {
         if !self.ssd_meta() {
             return false;
         }
@@ -352,7 +353,13 @@ impl<S: Store> Fs<S> {
             return false;
         };
         let v = crate::meta_codec::version_of(&dattr.fingerprint());
-        let Some(rec) = ssd.get(&Self::meta_key(KIND_DIR, &dattr), v) else {
+        let key = Self::meta_key(KIND_DIR, &dattr);
+        let rec = if no_io {
+            ssd.get_buffered(&key, v)
+        } else {
+            ssd.get(&key, v)
+        };
+        let Some(rec) = rec else {
             return false;
         };
         let Some((entries, validated)) = crate::meta_codec::decode_listing(&rec) else {
@@ -891,16 +898,11 @@ impl<S: Store> Fs<S> {
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        if self.meta.listing(i.id).is_none() && !self.meta.has_listing(i.id) {
-            self.restore_listing(&i);
+        if !self.meta.has_listing(i.id) {
+            self.restore_listing(&i, false);
         }
-        let listing: Vec<(OsString, FileKind, u64)> = match self.meta.listing(i.id) {
-            Some(l) => {
-                FsStats::add(&self.stats.meta_hits, 1);
-                l.into_iter()
-                    .map(|(name, c)| (name, c.kind, self.inodes.kernel_ino_of_ident(c.id)))
-                    .collect()
-            }
+        let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(&i) {
+            Some(l) => l,
             None if self.meta.enabled() => self
                 .list_dir(&i)?
                 .into_iter()
@@ -916,6 +918,35 @@ impl<S: Store> Fs<S> {
                 })
                 .collect(),
         };
+        Ok(self.add_dir_handle(ino, listing))
+    }
+
+    /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
+    /// memory) has the listing: no I/O, for the FUSE thread itself.
+    pub fn opendir_fast(&self, ino: u64) -> Option<u64> {
+        let i = self.inodes.get(ino)?;
+        if i.kind != FileKind::Dir {
+            return None;
+        }
+        if !self.meta.has_listing(i.id) {
+            self.restore_listing(&i, true);
+        }
+        let listing = self.cached_listing(&i)?;
+        Some(self.add_dir_handle(ino, listing))
+    }
+
+    /// A fresh cached listing as (name, kind, kernel inode).
+    fn cached_listing(&self, i: &Inode<St<S>>) -> Option<Vec<(OsString, FileKind, u64)>> {
+        let l = self.meta.listing(i.id)?;
+        FsStats::add(&self.stats.meta_hits, 1);
+        Some(
+            l.into_iter()
+                .map(|(name, c)| (name, c.kind, self.inodes.kernel_ino_of_ident(c.id)))
+                .collect(),
+        )
+    }
+
+    fn add_dir_handle(&self, ino: u64, listing: Vec<(OsString, FileKind, u64)>) -> u64 {
         let mut entries = Vec::with_capacity(listing.len() + 2);
         entries.push(DirEntryOut {
             ino,
@@ -940,7 +971,7 @@ impl<S: Store> Fs<S> {
         }
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.dirs.insert(fh, Arc::new(DirHandle { entries }));
-        Ok(fh)
+        fh
     }
 
     /// Entries from `offset` on.

@@ -90,6 +90,45 @@ fn entry_reply(
     }
 }
 
+/// One READDIRPLUS entry: the entry, its attributes, their TTL, and whether the kernel
+/// takes a lookup reference on it (all but `.` and `..`).
+type PlusEntry = (tierfs_fs::DirEntryOut, tierfs_fs::Attr, Duration, bool);
+
+impl<S: Store> Adapter<S> {
+    /// A READDIRPLUS page answered from memory, or None (nothing taken) if any entry would
+    /// need I/O.
+    fn readdirplus_page_fast(&self, ino: u64, fh: u64, offset: u64) -> Option<Vec<PlusEntry>> {
+        let fs = &self.fs;
+        let entries = fs.readdir(fh, offset).ok()?;
+        let (dir_attr, _) = fs.getattr_fast(ino)?;
+        let ttl = self.attr_ttl.min(self.entry_ttl);
+        let mut page: Vec<PlusEntry> = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.name == "." || e.name == ".." {
+                page.push((e, dir_attr, Duration::ZERO, false));
+                continue;
+            }
+            match fs.lookup_fast(ino, &e.name, 0) {
+                Some(Ok(entry)) => {
+                    let t = ttl.saturating_sub(entry.age);
+                    page.push((e, entry.attr, t, true));
+                }
+                Some(Err(_)) => continue, // gone since opendir
+                None => {
+                    // Give back the references taken so far; the slow path starts over.
+                    for (_, a, _, counted) in &page {
+                        if *counted {
+                            fs.forget(a.ino, 1);
+                        }
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(page)
+    }
+}
+
 impl<S: Store> Filesystem for Adapter<S> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Each capability is asked for alone: an old kernel lacking one still mounts.
@@ -390,6 +429,9 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(fh) = self.fs.opendir_fast(ino.0) {
+            return reply.opened(FileHandle(fh), FopenFlags::empty());
+        }
         self.spawn(move |fs, _, _| match fs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
@@ -425,6 +467,26 @@ impl<S: Store> Filesystem for Adapter<S> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        // From the metadata cache right here when every entry is in it: a `grep -r` or `find`
+        // then costs no thread hand-off per directory either.
+        if let Some(page) = self.readdirplus_page_fast(ino.0, fh.0, offset) {
+            for (e, attr, ttl, counted) in page {
+                if reply.add(
+                    INodeNo(attr.ino),
+                    e.next_offset,
+                    &e.name,
+                    &ttl,
+                    &file_attr(&attr),
+                    Generation(0),
+                ) {
+                    if counted {
+                        self.fs.forget(attr.ino, 1);
+                    }
+                    break;
+                }
+            }
+            return reply.ok();
+        }
         self.spawn(move |fs, at, et| {
             let entries = match fs.readdir(fh.0, offset) {
                 Ok(e) => e,
