@@ -102,31 +102,66 @@ impl<S: Store> Adapter<S> {
         let entries = fs.readdir(fh, offset).ok()?;
         let (dir_attr, _) = fs.getattr_fast(ino)?;
         let ttl = self.attr_ttl.min(self.entry_ttl);
-        let mut page: Vec<PlusEntry> = Vec::with_capacity(entries.len());
-        for e in entries {
-            if e.name == "." || e.name == ".." {
-                page.push((e, dir_attr, Duration::ZERO, false));
-                continue;
+        plus_page(fs, entries, dir_attr, ttl, |name| {
+            fs.lookup_fast(ino, name, 0)
+        })
+    }
+}
+
+/// The READDIRPLUS entries for `entries`, each looked up with `lookup`. The kernel takes a
+/// lookup reference on every entry but `.` and `..`. An entry whose lookup fails is skipped
+/// (gone since opendir); if `lookup` cannot answer (None), the references taken so far are
+/// given back and there is no page.
+fn plus_page<S: Store>(
+    fs: &Fs<S>,
+    entries: Vec<tierfs_fs::DirEntryOut>,
+    dir_attr: tierfs_fs::Attr,
+    ttl: Duration,
+    mut lookup: impl FnMut(&std::ffi::OsStr) -> Option<tierfs_fs::Result<tierfs_fs::Entry>>,
+) -> Option<Vec<PlusEntry>> {
+    let mut page: Vec<PlusEntry> = Vec::with_capacity(entries.len());
+    for e in entries {
+        if e.name == "." || e.name == ".." {
+            page.push((e, dir_attr, Duration::ZERO, false));
+            continue;
+        }
+        match lookup(&e.name) {
+            Some(Ok(entry)) => {
+                let t = ttl.saturating_sub(entry.age);
+                page.push((e, entry.attr, t, true));
             }
-            match fs.lookup_fast(ino, &e.name, 0) {
-                Some(Ok(entry)) => {
-                    let t = ttl.saturating_sub(entry.age);
-                    page.push((e, entry.attr, t, true));
-                }
-                Some(Err(_)) => continue, // gone since opendir
-                None => {
-                    // Give back the references taken so far; the slow path starts over.
-                    for (_, a, _, counted) in &page {
-                        if *counted {
-                            fs.forget(a.ino, 1);
-                        }
+            Some(Err(_)) => continue,
+            None => {
+                for (_, a, _, counted) in &page {
+                    if *counted {
+                        fs.forget(a.ino, 1);
                     }
-                    return None;
                 }
+                return None;
             }
         }
-        Some(page)
     }
+    Some(page)
+}
+
+/// Sends a READDIRPLUS page; the entries that did not fit give their lookup reference back.
+fn send_plus_page<S: Store>(fs: &Fs<S>, mut reply: ReplyDirectoryPlus, page: Vec<PlusEntry>) {
+    for (e, attr, ttl, counted) in page {
+        if reply.add(
+            INodeNo(attr.ino),
+            e.next_offset,
+            &e.name,
+            &ttl,
+            &file_attr(&attr),
+            Generation(0),
+        ) {
+            if counted {
+                fs.forget(attr.ino, 1);
+            }
+            break;
+        }
+    }
+    reply.ok();
 }
 
 impl<S: Store> Filesystem for Adapter<S> {
@@ -465,29 +500,15 @@ impl<S: Store> Filesystem for Adapter<S> {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         // From the metadata cache right here when every entry is in it: a `grep -r` or `find`
         // then costs no thread hand-off per directory either.
         if let Some(page) = self.readdirplus_page_fast(ino.0, fh.0, offset) {
-            for (e, attr, ttl, counted) in page {
-                if reply.add(
-                    INodeNo(attr.ino),
-                    e.next_offset,
-                    &e.name,
-                    &ttl,
-                    &file_attr(&attr),
-                    Generation(0),
-                ) {
-                    if counted {
-                        self.fs.forget(attr.ino, 1);
-                    }
-                    break;
-                }
-            }
-            return reply.ok();
+            return send_plus_page(&self.fs, reply, page);
         }
-        self.spawn(move |fs, at, et| {
+        let ttl = self.attr_ttl.min(self.entry_ttl);
+        self.spawn(move |fs, _, _| {
             let entries = match fs.readdir(fh.0, offset) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(e)),
@@ -496,37 +517,10 @@ impl<S: Store> Filesystem for Adapter<S> {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(e)),
             };
-            for e in entries {
-                let dot = e.name == "." || e.name == "..";
-                // The kernel takes a lookup reference on every entry but . and .. it links.
-                let (attr, counted, age) = if dot {
-                    (dir_attr, false, Duration::ZERO)
-                } else {
-                    match fs.lookup(ino.0, &e.name) {
-                        Ok(entry) => (entry.attr, true, entry.age),
-                        Err(_) => continue, // gone since opendir
-                    }
-                };
-                let ttl = if dot {
-                    Duration::ZERO
-                } else {
-                    at.min(et).saturating_sub(age)
-                };
-                if reply.add(
-                    INodeNo(attr.ino),
-                    e.next_offset,
-                    &e.name,
-                    &ttl,
-                    &file_attr(&attr),
-                    Generation(0),
-                ) {
-                    if counted {
-                        fs.forget(attr.ino, 1);
-                    }
-                    break;
-                }
-            }
-            reply.ok();
+            let page = plus_page(fs, entries, dir_attr, ttl, |name| {
+                Some(fs.lookup(ino.0, name))
+            });
+            send_plus_page(fs, reply, page.unwrap_or_default());
         });
     }
 

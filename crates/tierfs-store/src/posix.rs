@@ -144,18 +144,24 @@ fn timespec(t: Option<TimeUpdate>) -> libc::timespec {
     }
 }
 
+/// A readable descriptor of the directory `node` (an O_PATH descriptor cannot be listed or
+/// synced).
+fn open_dir(node: &PosixNode) -> Result<RawFd> {
+    let dot = c".";
+    cvt(unsafe {
+        libc::openat(
+            node.fd(),
+            dot.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })
+}
+
 impl PosixStore {
     /// Lists a directory; with `stat`, also stats every entry through the open directory
     /// (fstatat on its fd: no path walk per entry).
     fn list_dir(&self, node: &PosixNode, stat: bool) -> Result<Vec<(DirEntry, Option<Attr>)>> {
-        let dot = c".";
-        let fd = cvt(unsafe {
-            libc::openat(
-                node.fd(),
-                dot.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
+        let fd = open_dir(node)?;
         let dir = unsafe { libc::fdopendir(fd) };
         if dir.is_null() {
             let e = Errno::last();
@@ -601,14 +607,7 @@ impl Store for PosixStore {
     }
 
     fn fsyncdir(&self, node: &PosixNode, datasync: bool) -> Result<()> {
-        let dot = c".";
-        let fd = cvt(unsafe {
-            libc::openat(
-                node.fd(),
-                dot.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
+        let fd = open_dir(node)?;
         let f = unsafe { File::from_raw_fd(fd) };
         cvt(unsafe {
             if datasync {

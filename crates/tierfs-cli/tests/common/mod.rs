@@ -68,20 +68,7 @@ pub struct BinMount {
 
 impl BinMount {
     pub fn new(opts: &[&str]) -> BinMount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let backing = dir.path().join("backing");
-        let mnt = dir.path().join("mnt");
-        let cache = dir.path().join("cache");
-        std::fs::create_dir(&backing).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        let m = BinMount {
-            dir,
-            backing,
-            mnt,
-            cache,
-        };
-        m.mount(opts);
-        m
+        Self::new_at("backing", "mnt", opts)
     }
 
     /// Like [`BinMount::new`], but BACKING and MOUNTPOINT are at the given paths relative to
