@@ -336,3 +336,46 @@ impl Drop for FaultMount {
         }
     }
 }
+
+/// A size-limited tmpfs mounted in a fresh temporary directory under `parent`: a backing
+/// store that runs out of space (ENOSPC tests). Lazily unmounted on drop. Keep the guard in
+/// the test function, outside the `with_timeout` body: a body that panics or times out then
+/// unwinds the test function, which drops the guard after the watchdog has aborted the FUSE
+/// mounts on top of it.
+pub struct TmpfsMount {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl TmpfsMount {
+    /// `size` as tmpfs takes it, e.g. "64m".
+    pub fn new(parent: &Path, size: &str) -> TmpfsMount {
+        let dir = tempfile::Builder::new()
+            .prefix("tierfs-tmpfs-")
+            .tempdir_in(parent)
+            .expect("tempdir");
+        let path = dir.path().join("fs");
+        std::fs::create_dir(&path).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},mode=0755"))
+            .arg("tmpfs")
+            .arg(&path)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mount -t tmpfs failed (the tests run as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TmpfsMount { dir, path }
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        // Lazy: a dead FUSE mount or a leftover open file must not keep the tmpfs (and its
+        // memory) around, nor fail the cleanup.
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}

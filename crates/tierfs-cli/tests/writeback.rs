@@ -1,0 +1,1084 @@
+//! Acceptance tests of issue 4 (write-back), points 1-3 of "What it must show", through real
+//! mounts of the `tierfs` binary:
+//!
+//! 1. `kill -9` of the daemon never loses a byte that an fsync acknowledged;
+//! 2. a full backing store fails `write(2)` with ENOSPC (not a later fsync or close), keeps
+//!    what was acknowledged, and the mount stays usable once space is freed;
+//! 3. the atomic-update sequence (write a temporary file, fsync it, rename it over the name,
+//!    fsync the directory) survives `kill -9`: after replay the directory shows a state the
+//!    application could have observed.
+//!
+//! Every test runs once per mode in [`MODES`]: "through" (today's daemon, no extra option)
+//! and, once it exists, "back" (`-o writeback.mode=back`). In write-through mode a `kill -9`
+//! loses nothing (every write is in the backing store's page cache when it is acknowledged),
+//! so there these tests check the verifiers against the strongest case; in write-back mode
+//! acknowledged data lives in the SSD journal until the flushers write it, and the remount
+//! after the kill replays it (../shared/ARCHITECTURE.md, "The write path").
+//!
+//! After a crash the tree is checked twice: through the remounted filesystem (what replay
+//! serves) and, after a clean unmount (which drains the journal), directly in BACKING; the two
+//! must also be identical.
+//!
+//! The writers are threads of this process working through the mount. `kill -9` kills the
+//! daemon, not them: their pending system calls fail (ENOTCONN) and they stop. A writer error
+//! before the kill fails the test. Each test prints a seed (`TIERFS_WB_SEED=<seed>` replays a
+//! run) and a summary; run with `--nocapture` to see them.
+//!
+//! `TIERFS_WB_INJECT_LOSS=1` makes each test destroy acknowledged data in BACKING behind the
+//! daemon's back at the point where a broken daemon would lose it (after the kill, or after
+//! the unmount): every test must then fail. That is how the tests were shown able to fail
+//! against today's daemon, which loses nothing; `verifiers_reject_lost_data` checks the same
+//! of the verifiers alone, without a mount.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The write modes every test runs in. "through" passes no option; any other mode X passes
+/// `-o writeback.mode=X` ("back" joins the list when write-back exists).
+const MODES: &[&str] = &["through"];
+
+/// Temporary data lives on a real disk (the SSD tier wants O_DIRECT; /tmp may be a tmpfs).
+const TMP: &str = "/var/tmp";
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------------
+
+/// The mount options of `mode`. A small RAM tier: these tests write, they do not need one.
+fn mode_opts(mode: &str) -> Vec<String> {
+    let mut o = vec!["ram.max=64M".to_string()];
+    if mode != "through" {
+        o.push(format!("writeback.mode={mode}"));
+    }
+    o
+}
+
+fn mount(m: &BinMount, opts: &[String]) {
+    let v: Vec<&str> = opts.iter().map(String::as_str).collect();
+    m.mount(&v);
+}
+
+/// splitmix64's finalizer: a well-mixed 64-bit hash.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// splitmix64: deterministic, so a seed replays a run's writes exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+    /// Uniform in `lo..hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.range(0, n as u64) as usize
+    }
+}
+
+/// The seed of a test: `TIERFS_WB_SEED` if set (to replay a failure), else fresh; printed.
+fn test_seed(test: &str) -> u64 {
+    let seed = match std::env::var("TIERFS_WB_SEED") {
+        Ok(s) => {
+            let s = s.trim_start_matches("0x");
+            u64::from_str_radix(s, 16).expect("TIERFS_WB_SEED: hex")
+        }
+        Err(_) => {
+            let t = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64;
+            mix(t ^ ((std::process::id() as u64) << 32) ^ mix(test.len() as u64))
+        }
+    };
+    println!("{test}: seed {seed:#018x} (replay: TIERFS_WB_SEED={seed:x})");
+    seed
+}
+
+/// Random bytes that written data is copied from (a copy is a memcpy: byte-wise generation
+/// would make the writers, in an unoptimized test build, too slow to keep the daemon busy).
+fn pool(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng::new(seed ^ 0x9001);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        v.extend_from_slice(&r.next().to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Whether the test should destroy acknowledged data itself (see the module comment).
+fn inject_loss() -> bool {
+    std::env::var_os("TIERFS_WB_INJECT_LOSS").is_some()
+}
+
+/// A random moment for the kill: 20-400 ms into the writes.
+fn kill_delay(r: &mut Rng) -> Duration {
+    Duration::from_millis(r.range(20, 401))
+}
+
+/// `fsync` of a directory (what makes a create or rename in it durable).
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// `pwrite` until all of `data` is written.
+fn write_all_at(f: &File, mut data: &[u8], mut off: u64) -> io::Result<()> {
+    while !data.is_empty() {
+        match f.write_at(data, off)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => {
+                data = &data[n..];
+                off += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Names and contents of the regular files in `dir` (absent directory: empty).
+fn read_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut t = BTreeMap::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return t,
+        Err(e) => panic!("read_dir {}: {e}", dir.display()),
+    };
+    for ent in rd {
+        let ent = ent.unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
+        let name = ent.file_name().into_string().expect("utf-8 name");
+        let data = std::fs::read(ent.path())
+            .unwrap_or_else(|e| panic!("read {}: {e}", ent.path().display()));
+        t.insert(name, data);
+    }
+    t
+}
+
+/// Describes the first difference of two trees, for a failure message.
+fn tree_diff(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) -> String {
+    for (k, v) in a {
+        match b.get(k) {
+            None => return format!("{k} only in the first"),
+            Some(w) if w != v => {
+                let at = v.iter().zip(w).position(|(x, y)| x != y);
+                return format!(
+                    "{k}: lengths {} / {}, first difference at {at:?}",
+                    v.len(),
+                    w.len()
+                );
+            }
+            _ => {}
+        }
+    }
+    match b.keys().find(|k| !a.contains_key(*k)) {
+        Some(k) => format!("{k} only in the second"),
+        None => "identical".into(),
+    }
+}
+
+/// Outcome of a writer thread: what it did, and an error that was not caused by the kill.
+#[derive(Default)]
+struct WriterStats {
+    writes: u64,
+    bytes: u64,
+    acks: u64,
+    error_before_kill: Option<String>,
+}
+
+/// Runs `step` until the kill flag is set or a step fails. An error seen with the flag set is
+/// the kill's doing (the flag is set before the signal is sent); one seen without it is a bug.
+fn run_writer(
+    killed: &AtomicBool,
+    stats: &mut WriterStats,
+    mut step: impl FnMut(&mut WriterStats) -> Result<(), String>,
+) {
+    while !killed.load(SeqCst) {
+        if let Err(e) = step(stats) {
+            if !killed.load(SeqCst) {
+                stats.error_before_kill = Some(e);
+            }
+            return;
+        }
+    }
+}
+
+fn ctx<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. kill -9 keeps every fsynced byte
+// ---------------------------------------------------------------------------------------------
+
+/// Files the crash writer works on, each within `SPAN` (+ one write).
+const CRASH_FILES: usize = 4;
+const SPAN: u64 = 4 * MIB as u64;
+const MAX_WRITE: usize = 256 * KIB;
+
+/// A write issued since the file's last acknowledgement.
+#[derive(Clone)]
+struct Pending {
+    off: usize,
+    data: Vec<u8>,
+}
+
+/// What the application knows about one file.
+#[derive(Default, Clone)]
+struct FileModel {
+    /// The contents if every write issued landed (the writer is the only one writing).
+    cur: Vec<u8>,
+    /// The contents when the last fsync/fdatasync returned Ok: what must survive.
+    acked: Vec<u8>,
+    /// The name is durable: created before this round, or an fsync of the file and then of
+    /// its directory returned Ok after it was created (POSIX wants both for a new file).
+    acked_exists: bool,
+    /// Writes issued since `acked`, oldest first: each may or may not have landed, in part.
+    pending: Vec<Pending>,
+}
+
+impl FileModel {
+    /// A file as found in BACKING after a clean unmount: all of it durable.
+    fn durable(contents: Option<Vec<u8>>) -> FileModel {
+        match contents {
+            None => FileModel::default(),
+            Some(c) => FileModel {
+                cur: c.clone(),
+                acked: c,
+                acked_exists: true,
+                pending: Vec::new(),
+            },
+        }
+    }
+
+    /// Records a write as issued (before it is issued: one the kill interrupts may have
+    /// landed).
+    fn issue(&mut self, off: usize, data: Vec<u8>) {
+        let end = off + data.len();
+        if self.cur.len() < end {
+            self.cur.resize(end, 0);
+        }
+        self.cur[off..end].copy_from_slice(&data);
+        self.pending.push(Pending { off, data });
+    }
+
+    /// An fsync returned Ok: everything issued before it is acknowledged.
+    fn ack(&mut self) {
+        self.acked = self.cur.clone();
+        self.acked_exists = true;
+        self.pending.clear();
+    }
+}
+
+/// Checks what a crash left of one file (`None`: the name is absent) against the model.
+/// Returns the number of bytes that had to match the acknowledged contents or a later write.
+///
+/// The rules: the name exists if it was acknowledged. The length is at least the acknowledged
+/// length and at most the end of the furthest write issued since (later writes may have
+/// landed in part, so any length in between is possible). Each byte below the acknowledged
+/// length equals the acknowledged byte, or the byte of one of the writes issued since the
+/// acknowledgement that cover it; each byte past it is 0 (a hole that a later extending write
+/// left) or the byte of a write covering it. In particular a byte that no later write covers
+/// must be exactly the acknowledged byte.
+fn check_file(name: &str, f: &FileModel, got: Option<&[u8]>) -> Result<u64, String> {
+    let Some(g) = got else {
+        return if f.acked_exists {
+            Err(format!("{name}: missing, but it was acknowledged"))
+        } else {
+            Ok(0)
+        };
+    };
+    let alen = f.acked.len();
+    let max_end = f
+        .pending
+        .iter()
+        .map(|w| w.off + w.data.len())
+        .fold(alen, usize::max);
+    if g.len() < alen || g.len() > max_end {
+        return Err(format!(
+            "{name}: length {} outside {alen}..={max_end} (acknowledged length ..= furthest \
+             later write)",
+            g.len()
+        ));
+    }
+    // Between consecutive cuts, the set of writes covering a byte is the same: compare whole
+    // slices (memcmp) and go byte by byte only where a later write landed torn.
+    let mut cuts = vec![0, alen, g.len()];
+    for w in &f.pending {
+        cuts.extend([w.off, w.off + w.data.len()]);
+    }
+    cuts.retain(|&c| c <= g.len());
+    cuts.sort_unstable();
+    cuts.dedup();
+    let zeros = vec![0u8; MAX_WRITE.max(1 << 16)];
+    for win in cuts.windows(2) {
+        let (a, b) = (win[0], win[1]);
+        let seg = &g[a..b];
+        // `alen` is a cut, so a segment is entirely below or entirely past it.
+        let base_at = |p: usize| if p < alen { f.acked[p] } else { 0 };
+        let base_eq = if a < alen {
+            seg == &f.acked[a..b]
+        } else {
+            seg.chunks(zeros.len()).all(|c| c == &zeros[..c.len()])
+        };
+        if base_eq {
+            continue;
+        }
+        let covering: Vec<&[u8]> = f
+            .pending
+            .iter()
+            .filter(|w| w.off <= a && w.off + w.data.len() >= b)
+            .map(|w| &w.data[a - w.off..b - w.off])
+            .collect();
+        if covering.contains(&seg) {
+            continue;
+        }
+        for (i, &byte) in seg.iter().enumerate() {
+            let p = a + i;
+            if byte != base_at(p) && !covering.iter().any(|c| c[i] == byte) {
+                return Err(format!(
+                    "{name}: byte {p} is {byte:#04x}; allowed: {:#04x} ({}) or one of {} later \
+                     write(s) covering it; file length {}, acknowledged length {alen}",
+                    base_at(p),
+                    if p < alen { "acknowledged" } else { "hole" },
+                    covering.len(),
+                    g.len(),
+                ));
+            }
+        }
+    }
+    Ok(alen as u64)
+}
+
+fn crash_name(i: usize) -> String {
+    format!("f{i}")
+}
+
+/// The crash writer: random writes to `CRASH_FILES` files in `dir`, fsync or fdatasync every
+/// few writes, the model updated as it goes. Returns the model when the kill stops it.
+fn crash_writer(
+    dir: PathBuf,
+    mut files: Vec<FileModel>,
+    seed: u64,
+    pool: Arc<Vec<u8>>,
+    killed: Arc<AtomicBool>,
+) -> (Vec<FileModel>, WriterStats) {
+    let mut r = Rng::new(seed);
+    let mut fds: Vec<Option<File>> = (0..CRASH_FILES).map(|_| None).collect();
+    let mut since_ack = [0u32; CRASH_FILES];
+    let mut stats = WriterStats::default();
+    run_writer(&killed, &mut stats, |stats| {
+        let i = r.below(CRASH_FILES);
+        if fds[i].is_none() {
+            let path = dir.join(crash_name(i));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path);
+            fds[i] = Some(ctx("open", opened)?);
+        }
+        let fd = fds[i].as_ref().unwrap();
+        let f = &mut files[i];
+        // Log-uniform lengths: as many 1-byte writes as 128 KiB ones.
+        let bits = r.range(0, 19);
+        let len = (1 + r.range(0, 1 << bits) as usize).min(MAX_WRITE);
+        let cur = f.cur.len() as u64;
+        let mut off = match r.range(0, 10) {
+            0..=6 => r.range(0, SPAN),
+            7 | 8 => cur,                            // append
+            _ => cur + r.range(1, 256 * KIB as u64), // extend, leaving a hole
+        };
+        if off > SPAN {
+            off = r.range(0, SPAN);
+        }
+        let src = r.below(pool.len() - len);
+        f.issue(off as usize, pool[src..src + len].to_vec());
+        ctx(
+            "pwrite",
+            write_all_at(fd, &f.pending.last().unwrap().data, off),
+        )?;
+        stats.writes += 1;
+        stats.bytes += len as u64;
+        since_ack[i] += 1;
+        if r.range(0, 3) == 0 || since_ack[i] >= 8 {
+            if r.range(0, 2) == 0 {
+                ctx("fdatasync", fd.sync_data())?;
+            } else {
+                ctx("fsync", fd.sync_all())?;
+            }
+            if !f.acked_exists {
+                ctx("fsync(dir)", fsync_dir(&dir))?;
+            }
+            f.ack();
+            since_ack[i] = 0;
+            stats.acks += 1;
+        }
+        // Now and then a close (flush + release) and a fresh open.
+        if r.range(0, 32) == 0 {
+            fds[i] = None;
+        }
+        Ok(())
+    });
+    (files, stats)
+}
+
+/// 100 rounds per mode over one BACKING and cache dir: mount, let the crash writer run for a
+/// random 20-400 ms, `kill -9` the daemon, remount (replay), check every file through the
+/// mount, unmount cleanly, check BACKING directly and that it shows what the mount showed.
+/// The files carry over from round to round (replay over existing contents).
+#[test]
+fn crash_kill9_keeps_every_fsynced_byte() {
+    const ROUNDS: usize = 100;
+    let seed = test_seed("crash_kill9_keeps_every_fsynced_byte");
+    let m = BinMount::unmounted_in(Path::new(TMP));
+    let mnt = m.mnt.clone();
+    let limit = Duration::from_secs(200 * MODES.len() as u64);
+    with_timeout(limit, vec![mnt.clone()], move || {
+        let pool = Arc::new(pool(seed, 2 * MIB));
+        for (mi, mode) in MODES.iter().enumerate() {
+            let t0 = Instant::now();
+            let opts = mode_opts(mode);
+            let sub = format!("crash-{mode}");
+            std::fs::create_dir(m.backing.join(&sub)).unwrap();
+            let mut r = Rng::new(seed ^ mix(mi as u64 + 1));
+            let mut files = vec![FileModel::default(); CRASH_FILES];
+            let (mut writes, mut acks, mut verified, mut written) = (0u64, 0u64, 0u64, 0u64);
+            for round in 0..ROUNDS {
+                mount(&m, &opts);
+                let killed = Arc::new(AtomicBool::new(false));
+                let writer = {
+                    let (dir, files, pool, killed) = (
+                        m.mnt.join(&sub),
+                        files.clone(),
+                        pool.clone(),
+                        killed.clone(),
+                    );
+                    let wseed = r.next();
+                    std::thread::spawn(move || crash_writer(dir, files, wseed, pool, killed))
+                };
+                std::thread::sleep(kill_delay(&mut r));
+                killed.store(true, SeqCst);
+                m.kill_daemon();
+                let (model, st) = writer.join().expect("writer panicked");
+                if let Some(e) = &st.error_before_kill {
+                    panic!("{mode} round {round}: the writer failed before the kill: {e}");
+                }
+                assert!(
+                    !is_mounted(&mnt),
+                    "{mode} round {round}: mounted after kill -9"
+                );
+                (writes, acks, written) = (writes + st.writes, acks + st.acks, written + st.bytes);
+                if inject_loss() {
+                    // What a daemon that lost the journal would leave: the acknowledged tail of
+                    // a file gone.
+                    if let Some(i) = (0..CRASH_FILES).find(|&i| model[i].acked.len() > 1) {
+                        let p = m.backing.join(&sub).join(crash_name(i));
+                        let half = model[i].acked.len() as u64 / 2;
+                        File::options()
+                            .write(true)
+                            .open(p)
+                            .unwrap()
+                            .set_len(half)
+                            .unwrap();
+                    }
+                }
+
+                // Replay at mount; what the mount serves, then what BACKING holds once the
+                // journal is drained.
+                mount(&m, &opts);
+                let seen: Vec<Option<Vec<u8>>> = (0..CRASH_FILES)
+                    .map(|i| read_opt(&m.mnt.join(&sub).join(crash_name(i))))
+                    .collect();
+                m.unmount_and_wait();
+                for (i, f) in model.iter().enumerate() {
+                    let name = crash_name(i);
+                    let got = read_opt(&m.backing.join(&sub).join(&name));
+                    let v = check_file(&name, f, seen[i].as_deref()).unwrap_or_else(|e| {
+                        panic!("{mode} round {round}, through the mount after replay: {e}")
+                    });
+                    check_file(&name, f, got.as_deref()).unwrap_or_else(|e| {
+                        panic!("{mode} round {round}, in BACKING after unmount: {e}")
+                    });
+                    assert!(
+                        got == seen[i],
+                        "{mode} round {round}: {name} in BACKING after the unmount differs from \
+                         what the mount served"
+                    );
+                    verified += v;
+                    files[i] = FileModel::durable(got);
+                }
+            }
+            println!(
+                "crash_kill9 [{mode}]: {ROUNDS} rounds, {writes} writes ({} MiB), {acks} fsyncs \
+                 acknowledged, {} MiB of acknowledged bytes verified (twice), {:.1} s",
+                written >> 20,
+                verified >> 20,
+                t0.elapsed().as_secs_f64()
+            );
+            assert!(
+                acks >= ROUNDS as u64,
+                "{mode}: too few fsyncs acknowledged: {acks}"
+            );
+        }
+    });
+}
+
+fn read_opt(p: &Path) -> Option<Vec<u8>> {
+    match std::fs::read(p) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => panic!("read {}: {e}", p.display()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. ENOSPC at write, and the mount stays usable
+// ---------------------------------------------------------------------------------------------
+
+/// File `i` of the ENOSPC test: its bytes at `off..off+len`, drawn from the pool.
+fn fill_bytes(pool: &[u8], i: usize, off: usize, len: usize) -> Vec<u8> {
+    let start = (mix(i as u64) as usize + off) % pool.len();
+    pool.iter().cycle().skip(start).take(len).copied().collect()
+}
+
+/// BACKING is a 64 MiB tmpfs. Per mode: write 4 MiB files (256 KiB writes, fsync after each
+/// file) until a write fails; the error is ENOSPC or EDQUOT and comes from `write`, not from
+/// an fsync (write-back reserves backing space before it acknowledges a write: "failure =
+/// ENOSPC now"); at least half of the store was usable; an fsync of the partly written file
+/// then succeeds (what `write` acknowledged had its space). Every acknowledged byte reads
+/// back exact. Then two files are deleted, and writing works again (within 15 s: write-back
+/// may have to apply the deletions to BACKING before space comes back). After a clean
+/// unmount BACKING holds exactly the acknowledged files.
+#[test]
+fn enospc_at_write_and_mount_stays_usable() {
+    const FILE: usize = 4 * MIB;
+    const WRITE: usize = 256 * KIB;
+    let seed = test_seed("enospc_at_write_and_mount_stays_usable");
+    let tmpfs = TmpfsMount::new(Path::new(TMP), "64m");
+    let mut m = BinMount::unmounted_in(Path::new(TMP));
+    m.backing = tmpfs.path.clone();
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(120), vec![mnt.clone()], move || {
+        let pool = pool(seed, 3 * MIB + 4321);
+        for mode in MODES {
+            let t0 = Instant::now();
+            mount(&m, &mode_opts(mode));
+            let dir = m.mnt.clone();
+            // name -> acknowledged length (contents: fill_bytes(i, 0, len)).
+            let mut acked: BTreeMap<usize, usize> = BTreeMap::new();
+            let mut failed: Option<(usize, usize, io::Error)> = None;
+            'files: for i in 0..1000 {
+                let f = File::create(dir.join(format!("n{i}")))
+                    .unwrap_or_else(|e| panic!("{mode}: create n{i}: {e}"));
+                let mut off = 0;
+                while off < FILE {
+                    let data = fill_bytes(&pool, i, off, WRITE);
+                    match f.write_at(&data, off as u64) {
+                        Ok(0) => panic!("{mode}: n{i}: write returned 0"),
+                        // A short write: the store is (nearly) full; the next one says why.
+                        Ok(n) => off += n,
+                        Err(e) => {
+                            failed = Some((i, off, e));
+                            break;
+                        }
+                    }
+                }
+                if failed.is_none() {
+                    f.sync_all().unwrap_or_else(|e| {
+                        panic!("{mode}: fsync of n{i} (not write) failed: {e}")
+                    });
+                    acked.insert(i, off);
+                    continue;
+                }
+                // What write acknowledged had its space: the fsync must keep it.
+                f.sync_all()
+                    .unwrap_or_else(|e| panic!("{mode}: fsync of n{i} after ENOSPC: {e}"));
+                acked.insert(i, off);
+                break 'files;
+            }
+            let (fi, at, err) = failed.unwrap_or_else(|| panic!("{mode}: no write ever failed"));
+            assert!(
+                matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+                "{mode}: write to n{fi} at {at} failed with {err}, not ENOSPC/EDQUOT"
+            );
+            let total: usize = acked.values().sum();
+            assert!(
+                total >= 32 * MIB,
+                "{mode}: ENOSPC after only {} KiB of a 64 MiB store",
+                total >> 10
+            );
+            let verify = |root: &Path, acked: &BTreeMap<usize, usize>, when: &str| {
+                for (&i, &len) in acked {
+                    let got = std::fs::read(root.join(format!("n{i}")))
+                        .unwrap_or_else(|e| panic!("{mode} {when}: read n{i}: {e}"));
+                    assert!(
+                        got.len() == len && got == fill_bytes(&pool, i, 0, len),
+                        "{mode} {when}: n{i} is not what was acknowledged ({} bytes, want {len})",
+                        got.len()
+                    );
+                }
+            };
+            verify(&dir, &acked, "through the mount after ENOSPC");
+
+            // Free space; the mount must take writes again.
+            for i in [0, 1] {
+                std::fs::remove_file(dir.join(format!("n{i}"))).unwrap();
+                acked.remove(&i);
+            }
+            fsync_dir(&dir).unwrap();
+            let t_free = Instant::now();
+            let again = 1000;
+            let len = 2 * MIB;
+            loop {
+                let r = (|| {
+                    let f = File::create(dir.join(format!("n{again}")))?;
+                    write_all_at(&f, &fill_bytes(&pool, again, 0, len), 0)?;
+                    f.sync_all()
+                })();
+                match r {
+                    Ok(()) => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::ENOSPC)
+                            && t_free.elapsed() < Duration::from_secs(15) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(100))
+                    }
+                    Err(e) => panic!("{mode}: write after freeing 8 MiB: {e}"),
+                }
+            }
+            acked.insert(again, len);
+            verify(&dir, &acked, "through the mount after freeing space");
+            m.unmount_and_wait();
+            if inject_loss() {
+                let (&i, &len) = acked.iter().next().unwrap();
+                File::options()
+                    .write(true)
+                    .open(m.backing.join(format!("n{i}")))
+                    .unwrap()
+                    .set_len(len as u64 - 1)
+                    .unwrap();
+            }
+            verify(&m.backing, &acked, "in BACKING after unmount");
+            let mut names: Vec<String> = read_tree(&m.backing).into_keys().collect();
+            names.sort();
+            let mut want: Vec<String> = acked.keys().map(|i| format!("n{i}")).collect();
+            want.sort();
+            assert_eq!(names, want, "{mode}: the names in BACKING after unmount");
+            println!(
+                "enospc [{mode}]: write to n{fi} at {} KiB failed with {err} after {} MiB \
+                 acknowledged; writes resumed {} ms after deleting 8 MiB; {:.1} s",
+                at >> 10,
+                total >> 20,
+                t_free.elapsed().as_millis(),
+                t0.elapsed().as_secs_f64()
+            );
+            for n in names {
+                std::fs::remove_file(m.backing.join(n)).unwrap();
+            }
+        }
+    });
+    drop(tmpfs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. create, write, rename, fsync(dir) across kill -9
+// ---------------------------------------------------------------------------------------------
+
+/// The names the atomic-update writer replaces (each through `<name>.tmp`).
+const NAMES: &[&str] = &["a", "b", "c"];
+
+/// One contents a name held or may hold.
+#[derive(Clone)]
+enum Version {
+    /// What BACKING held when the round started (None: absent); durable.
+    Initial(Option<Vec<u8>>),
+    /// Installed by a rename of this round: contents `version_bytes(id, len)`, fsynced
+    /// before the rename or not.
+    New { id: u64, len: usize, synced: bool },
+}
+
+/// The bytes of version `id`: a header naming it (so a failure says which version a file
+/// holds) and pool bytes.
+fn version_bytes(pool: &[u8], id: u64, len: usize) -> Vec<u8> {
+    let start = mix(id) as usize % (pool.len() - len);
+    let mut v = pool[start..start + len].to_vec();
+    let head = format!("v{id:016x}\n");
+    let n = head.len().min(len);
+    v[..n].copy_from_slice(&head.as_bytes()[..n]);
+    v
+}
+
+/// What the application knows about one name.
+#[derive(Clone)]
+struct NameModel {
+    /// `versions[0]` is the round's initial state; then one per rename issued, in order.
+    versions: Vec<Version>,
+    /// Index of the last version whose rename an fsync of the directory returned Ok after.
+    dir_synced: usize,
+    /// `<name>.tmp` may exist: created since the last fsync(dir) that returned Ok (until
+    /// then a rename that removed it may not be durable).
+    tmp_allowed: bool,
+}
+
+impl NameModel {
+    fn initial(contents: Option<Vec<u8>>) -> NameModel {
+        NameModel {
+            versions: vec![Version::Initial(contents)],
+            dir_synced: 0,
+            tmp_allowed: false,
+        }
+    }
+
+    /// The oldest version the name may show after a crash: the last one that was fsynced
+    /// before its rename and whose rename was followed by a successful fsync(dir).
+    fn floor(&self) -> usize {
+        (0..=self.dir_synced)
+            .rev()
+            .find(|&j| match self.versions[j] {
+                Version::Initial(_) => true,
+                Version::New { synced, .. } => synced,
+            })
+            .unwrap()
+    }
+}
+
+/// Checks a directory after a crash against the models of its names.
+///
+/// The allowed states (there are no docs on write-back crash semantics yet; these are the
+/// guarantees ../shared/ARCHITECTURE.md's journal design gives, and what ext4 gives with
+/// its default `auto_da_alloc`):
+/// - a name shows the complete contents of one of its versions, never a mix, a torn or an
+///   empty file (every version is non-empty), nor a version older than `floor()`: one that
+///   was fsynced before its rename, renamed, and made durable by fsync(dir) is the oldest
+///   state the name can go back to. A version that was not fsynced before its rename may be
+///   lost ("allowed to lose data"), but only by the name going back to a complete earlier
+///   version: the application never observed anything else under the name, since every
+///   write to the temporary file was issued before the rename;
+/// - later versions than the floor may show (renames not yet made durable may or may not
+///   have landed), absence only if the initial state at or after the floor was absence;
+/// - `<name>.tmp` exists only if one was created since the last successful fsync(dir); its
+///   contents are not checked (it was never made durable, and may be torn);
+/// - no other names.
+fn check_dir(
+    pool: &[u8],
+    models: &[NameModel],
+    tree: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), String> {
+    for name in tree.keys() {
+        let ok = NAMES.iter().enumerate().any(|(n, base)| {
+            name == base || (models[n].tmp_allowed && *name == format!("{base}.tmp"))
+        });
+        if !ok {
+            return Err(format!("unexpected name {name:?}"));
+        }
+    }
+    for (n, base) in NAMES.iter().enumerate() {
+        let nm = &models[n];
+        let got = tree.get(*base);
+        let floor = nm.floor();
+        let matches = nm.versions[floor..].iter().any(|v| match (v, got) {
+            (Version::Initial(want), got) => want.as_ref() == got,
+            (Version::New { id, len, .. }, Some(g)) => {
+                g.len() == *len && *g == version_bytes(pool, *id, *len)
+            }
+            (Version::New { .. }, None) => false,
+        });
+        if !matches {
+            let what = match got {
+                None => "absent".to_string(),
+                Some(g) => {
+                    let head = String::from_utf8_lossy(&g[..g.len().min(17)]).into_owned();
+                    format!("{} bytes starting {head:?}", g.len())
+                }
+            };
+            let allowed: Vec<String> = nm.versions[floor..]
+                .iter()
+                .map(|v| match v {
+                    Version::Initial(None) => "absent".into(),
+                    Version::Initial(Some(c)) => format!("initial ({} bytes)", c.len()),
+                    Version::New { id, len, synced } => format!(
+                        "v{id:016x} ({len} bytes, {})",
+                        if *synced { "fsynced" } else { "not fsynced" }
+                    ),
+                })
+                .collect();
+            return Err(format!(
+                "{base}: {what}; allowed (versions {floor}.. of {}): {allowed:?}",
+                nm.versions.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The atomic-update writer: pick a name; create `<name>.tmp`, write new contents in 1-4
+/// pieces, fsync it (60% of the time), close, rename it over the name, fsync the directory
+/// (75% of the time: some renames stay not durable for a while).
+fn rename_writer(
+    dir: PathBuf,
+    mut models: Vec<NameModel>,
+    seed: u64,
+    pool: Arc<Vec<u8>>,
+    killed: Arc<AtomicBool>,
+) -> (Vec<NameModel>, WriterStats) {
+    let mut r = Rng::new(seed);
+    let mut stats = WriterStats::default();
+    run_writer(&killed, &mut stats, |stats| {
+        let n = r.below(NAMES.len());
+        let synced = r.range(0, 5) < 3;
+        let id = r.next();
+        let len = 1 + r.below(256 * KIB);
+        let data = version_bytes(&pool, id, len);
+        let tmp = dir.join(format!("{}.tmp", NAMES[n]));
+        models[n].tmp_allowed = true;
+        let mut f = ctx("create tmp", File::create(&tmp))?;
+        let pieces = 1 + r.below(4);
+        let mut at = 0;
+        for k in 0..pieces {
+            let end = if k + 1 == pieces {
+                len
+            } else {
+                at + r.below(len - at + 1)
+            };
+            ctx("write tmp", f.write_all(&data[at..end]))?;
+            stats.writes += 1;
+            at = end;
+        }
+        stats.bytes += len as u64;
+        if synced {
+            ctx("fsync tmp", f.sync_all())?;
+        }
+        drop(f);
+        // Recorded before the rename is issued: one the kill interrupts may have landed.
+        models[n].versions.push(Version::New { id, len, synced });
+        ctx("rename", std::fs::rename(&tmp, dir.join(NAMES[n])))?;
+        if r.range(0, 4) != 0 {
+            ctx("fsync(dir)", fsync_dir(&dir))?;
+            for m in models.iter_mut() {
+                m.dir_synced = m.versions.len() - 1;
+                // The writer is sequential: no temporary file exists at this point.
+                m.tmp_allowed = false;
+            }
+            stats.acks += 1;
+        }
+        Ok(())
+    });
+    (models, stats)
+}
+
+/// 30 rounds per mode over one BACKING and cache dir: mount, run the atomic-update writer for
+/// a random 20-400 ms, `kill -9` the daemon, remount (replay), check the directory through
+/// the mount against `check_dir`'s rules, unmount cleanly, check BACKING the same way and that
+/// it equals what the mount showed. Leftover temporary files are removed between rounds.
+#[test]
+fn ordering_create_write_rename_fsyncdir_survives_crash() {
+    const ROUNDS: usize = 30;
+    let seed = test_seed("ordering_create_write_rename_fsyncdir_survives_crash");
+    let m = BinMount::unmounted_in(Path::new(TMP));
+    let mnt = m.mnt.clone();
+    let limit = Duration::from_secs(120 * MODES.len() as u64);
+    with_timeout(limit, vec![mnt.clone()], move || {
+        let pool = Arc::new(pool(seed, 2 * MIB));
+        for (mi, mode) in MODES.iter().enumerate() {
+            let t0 = Instant::now();
+            let opts = mode_opts(mode);
+            let sub = format!("rename-{mode}");
+            let bdir = m.backing.join(&sub);
+            std::fs::create_dir(&bdir).unwrap();
+            let mut r = Rng::new(seed ^ mix(mi as u64 + 101));
+            let mut models: Vec<NameModel> =
+                NAMES.iter().map(|_| NameModel::initial(None)).collect();
+            let (mut renames, mut dsyncs, mut checked_new) = (0u64, 0u64, 0u64);
+            for round in 0..ROUNDS {
+                mount(&m, &opts);
+                let killed = Arc::new(AtomicBool::new(false));
+                let writer = {
+                    let (dir, models, pool, killed) = (
+                        m.mnt.join(&sub),
+                        models.clone(),
+                        pool.clone(),
+                        killed.clone(),
+                    );
+                    let wseed = r.next();
+                    std::thread::spawn(move || rename_writer(dir, models, wseed, pool, killed))
+                };
+                std::thread::sleep(kill_delay(&mut r));
+                killed.store(true, SeqCst);
+                m.kill_daemon();
+                let (model, st) = writer.join().expect("writer panicked");
+                if let Some(e) = &st.error_before_kill {
+                    panic!("{mode} round {round}: the writer failed before the kill: {e}");
+                }
+                assert!(
+                    !is_mounted(&mnt),
+                    "{mode} round {round}: mounted after kill -9"
+                );
+                renames += model
+                    .iter()
+                    .map(|nm| nm.versions.len() as u64 - 1)
+                    .sum::<u64>();
+                dsyncs += st.acks;
+                if inject_loss() {
+                    // A daemon that lost the journal: the last durable version of a name
+                    // rolled back to an older one (or to nothing).
+                    if let Some(n) = (0..NAMES.len()).find(|&n| model[n].floor() > 0) {
+                        let p = bdir.join(NAMES[n]);
+                        match model[n].versions[model[n].floor() - 1].clone() {
+                            Version::Initial(None) => std::fs::remove_file(p).unwrap(),
+                            Version::Initial(Some(c)) => std::fs::write(p, c).unwrap(),
+                            Version::New { id, len, .. } => {
+                                std::fs::write(p, version_bytes(&pool, id, len)).unwrap()
+                            }
+                        }
+                    }
+                }
+
+                mount(&m, &opts);
+                let seen = read_tree(&m.mnt.join(&sub));
+                m.unmount_and_wait();
+                let got = read_tree(&bdir);
+                check_dir(&pool, &model, &seen).unwrap_or_else(|e| {
+                    panic!("{mode} round {round}, through the mount after replay: {e}")
+                });
+                check_dir(&pool, &model, &got).unwrap_or_else(|e| {
+                    panic!("{mode} round {round}, in BACKING after unmount: {e}")
+                });
+                assert!(
+                    seen == got,
+                    "{mode} round {round}: BACKING after the unmount differs from what the mount \
+                     served: {}",
+                    tree_diff(&seen, &got)
+                );
+                checked_new += model
+                    .iter()
+                    .filter(|nm| matches!(nm.versions[nm.floor()], Version::New { .. }))
+                    .count() as u64;
+                // The next round starts from what is durable now.
+                for (n, name) in NAMES.iter().enumerate() {
+                    let tmp = bdir.join(format!("{name}.tmp"));
+                    if tmp.exists() {
+                        std::fs::remove_file(tmp).unwrap();
+                    }
+                    models[n] = NameModel::initial(got.get(*name).cloned());
+                }
+            }
+            println!(
+                "ordering [{mode}]: {ROUNDS} rounds, {renames} renames, {dsyncs} fsync(dir) \
+                 acknowledged, {checked_new} names held to a version fsynced in their round; \
+                 {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+            assert!(
+                checked_new > 0,
+                "{mode}: no round made a new version durable before the kill"
+            );
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The verifiers can fail
+// ---------------------------------------------------------------------------------------------
+
+/// The checks above reject lost, torn and rolled-back data (no mount: the verifiers alone).
+#[test]
+fn verifiers_reject_lost_data() {
+    // check_file
+    let mut f = FileModel::default();
+    f.issue(0, vec![1, 2, 3, 4, 5, 6]);
+    f.ack();
+    f.issue(2, vec![9, 9]);
+    f.issue(8, vec![7]); // extends with a hole at 6..8
+    let ok: &[&[u8]] = &[
+        &[1, 2, 3, 4, 5, 6],
+        &[1, 2, 9, 9, 5, 6],
+        &[1, 2, 9, 4, 5, 6], // the later write landed torn
+        &[1, 2, 9, 9, 5, 6, 0, 0, 7],
+        &[1, 2, 3, 4, 5, 6, 0],
+    ];
+    for g in ok {
+        assert!(check_file("t", &f, Some(g)).is_ok(), "{g:?} rejected");
+    }
+    let bad: &[&[u8]] = &[
+        &[1, 2, 3, 4, 5],                // acknowledged tail lost
+        &[1, 2, 3, 4, 5, 0],             // acknowledged byte zeroed
+        &[1, 2, 9, 9, 5, 6, 0, 0, 7, 0], // longer than any write explains
+        &[1, 2, 9, 9, 5, 6, 1, 0, 7],    // hole not zero
+        &[],                             // empty
+    ];
+    for g in bad {
+        assert!(check_file("t", &f, Some(g)).is_err(), "{g:?} accepted");
+    }
+    assert!(check_file("t", &f, None).is_err(), "missing file accepted");
+    assert!(check_file("t", &FileModel::default(), None).is_ok());
+
+    // check_dir
+    let pool = pool(7, 64 * KIB);
+    let v = |id: u64, synced: bool| Version::New {
+        id,
+        len: 1000,
+        synced,
+    };
+    let mut nm = NameModel::initial(Some(b"old".to_vec()));
+    nm.versions.extend([v(1, true), v(2, false), v(3, true)]);
+    nm.dir_synced = 2; // v3's rename not durable: floor is v1
+    let mut models = vec![NameModel::initial(None); NAMES.len()];
+    models[0] = nm;
+    let tree = |a: Option<Vec<u8>>, extra: &[&str]| {
+        let mut t: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        if let Some(a) = a {
+            t.insert("a".into(), a);
+        }
+        for e in extra {
+            t.insert(e.to_string(), vec![1]);
+        }
+        t
+    };
+    for id in [1, 2, 3] {
+        let t = tree(Some(version_bytes(&pool, id, 1000)), &[]);
+        assert!(check_dir(&pool, &models, &t).is_ok(), "v{id} rejected");
+    }
+    let mut mixed = version_bytes(&pool, 1, 1000);
+    mixed[500..].copy_from_slice(&version_bytes(&pool, 2, 1000)[500..]);
+    let bad = [
+        tree(Some(b"old".to_vec()), &[]), // rolled back past the floor
+        tree(None, &[]),                  // lost
+        tree(Some(Vec::new()), &[]),      // empty
+        tree(Some(mixed), &[]),           // a mix of two versions
+        tree(Some(version_bytes(&pool, 1, 999)), &[]), // torn
+        tree(Some(version_bytes(&pool, 1, 1000)), &["a.tmp"]), // tmp after fsync(dir)
+        tree(Some(version_bytes(&pool, 1, 1000)), &["zz"]), // a stray name
+    ];
+    for (k, t) in bad.iter().enumerate() {
+        assert!(
+            check_dir(&pool, &models, t).is_err(),
+            "bad state {k} accepted"
+        );
+    }
+    models[0].tmp_allowed = true;
+    let t = tree(Some(version_bytes(&pool, 1, 1000)), &["a.tmp"]);
+    assert!(
+        check_dir(&pool, &models, &t).is_ok(),
+        "allowed tmp rejected"
+    );
+}
