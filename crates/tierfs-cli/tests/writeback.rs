@@ -489,17 +489,21 @@ fn crash_kill9_keeps_every_fsynced_byte() {
                 );
                 (writes, acks, written) = (writes + st.writes, acks + st.acks, written + st.bytes);
                 if inject_loss() {
-                    // What a daemon that lost the journal would leave: the acknowledged tail of
-                    // a file gone.
-                    if let Some(i) = (0..CRASH_FILES).find(|&i| model[i].acked.len() > 1) {
-                        let p = m.backing.join(&sub).join(crash_name(i));
-                        let half = model[i].acked.len() as u64 / 2;
-                        File::options()
-                            .write(true)
-                            .open(p)
-                            .unwrap()
-                            .set_len(half)
-                            .unwrap();
+                    // The smallest loss a broken replay could cause: one acknowledged byte that
+                    // no later write covers, changed.
+                    let spot = model.iter().enumerate().find_map(|(i, f)| {
+                        (0..f.acked.len()).find_map(|p| {
+                            let covered = f
+                                .pending
+                                .iter()
+                                .any(|w| (w.off..w.off + w.data.len()).contains(&p));
+                            (!covered).then_some((i, p))
+                        })
+                    });
+                    if let Some((i, p)) = spot {
+                        let path = m.backing.join(&sub).join(crash_name(i));
+                        let f = File::options().write(true).open(path).unwrap();
+                        f.write_at(&[!model[i].acked[p]], p as u64).unwrap();
                     }
                 }
 
@@ -557,11 +561,17 @@ fn read_opt(p: &Path) -> Option<Vec<u8>> {
 
 /// File `i` of the ENOSPC test: its bytes at `off..off+len`, drawn from the pool.
 fn fill_bytes(pool: &[u8], i: usize, off: usize, len: usize) -> Vec<u8> {
-    let start = (mix(i as u64) as usize + off) % pool.len();
-    pool.iter().cycle().skip(start).take(len).copied().collect()
+    let mut v = Vec::with_capacity(len);
+    let mut at = (mix(i as u64) as usize + off) % pool.len();
+    while v.len() < len {
+        let n = (len - v.len()).min(pool.len() - at);
+        v.extend_from_slice(&pool[at..at + n]);
+        at = 0;
+    }
+    v
 }
 
-/// BACKING is a 64 MiB tmpfs. Per mode: write 4 MiB files (256 KiB writes, fsync after each
+/// BACKING is a 64 MiB tmpfs. Per mode: write 3 MiB files (256 KiB writes, fsync after each
 /// file) until a write fails; the error is ENOSPC or EDQUOT and comes from `write`, not from
 /// an fsync (write-back reserves backing space before it acknowledges a write: "failure =
 /// ENOSPC now"); at least half of the store was usable; an fsync of the partly written file
@@ -571,7 +581,9 @@ fn fill_bytes(pool: &[u8], i: usize, off: usize, len: usize) -> Vec<u8> {
 /// unmount BACKING holds exactly the acknowledged files.
 #[test]
 fn enospc_at_write_and_mount_stays_usable() {
-    const FILE: usize = 4 * MIB;
+    // Not a divisor of the store size: the failing write lands inside a file, after a
+    // possibly short write.
+    const FILE: usize = 3 * MIB + 12345;
     const WRITE: usize = 256 * KIB;
     let seed = test_seed("enospc_at_write_and_mount_stays_usable");
     let tmpfs = TmpfsMount::new(Path::new(TMP), "64m");
@@ -592,7 +604,7 @@ fn enospc_at_write_and_mount_stays_usable() {
                     .unwrap_or_else(|e| panic!("{mode}: create n{i}: {e}"));
                 let mut off = 0;
                 while off < FILE {
-                    let data = fill_bytes(&pool, i, off, WRITE);
+                    let data = fill_bytes(&pool, i, off, WRITE.min(FILE - off));
                     match f.write_at(&data, off as u64) {
                         Ok(0) => panic!("{mode}: n{i}: write returned 0"),
                         // A short write: the store is (nearly) full; the next one says why.
@@ -627,18 +639,29 @@ fn enospc_at_write_and_mount_stays_usable() {
                 "{mode}: ENOSPC after only {} KiB of a 64 MiB store",
                 total >> 10
             );
+            // The failed write may have landed in part (it was never acknowledged, like a
+            // torn write in the crash test): n{fi} may hold up to all of it past its
+            // acknowledged length, but nothing else. (Today's write-through does leave part of
+            // it: PosixStore::write loops over short pwrites and reports the ENOSPC of the
+            // next one for the whole request, where a local filesystem would return the
+            // short count.)
+            let torn_max = at + WRITE.min(FILE - at);
             let verify = |root: &Path, acked: &BTreeMap<usize, usize>, when: &str| {
                 for (&i, &len) in acked {
                     let got = std::fs::read(root.join(format!("n{i}")))
                         .unwrap_or_else(|e| panic!("{mode} {when}: read n{i}: {e}"));
+                    let max = if i == fi { torn_max } else { len };
                     assert!(
-                        got.len() == len && got == fill_bytes(&pool, i, 0, len),
-                        "{mode} {when}: n{i} is not what was acknowledged ({} bytes, want {len})",
+                        (len..=max).contains(&got.len())
+                            && got == fill_bytes(&pool, i, 0, got.len()),
+                        "{mode} {when}: n{i} is not what was acknowledged ({} bytes, want \
+                         {len}..={max} bytes of its contents)",
                         got.len()
                     );
                 }
             };
             verify(&dir, &acked, "through the mount after ENOSPC");
+            let landed = std::fs::metadata(dir.join(format!("n{fi}"))).unwrap().len() as usize - at;
 
             // Free space; the mount must take writes again.
             for i in [0, 1] {
@@ -647,6 +670,7 @@ fn enospc_at_write_and_mount_stays_usable() {
             }
             fsync_dir(&dir).unwrap();
             let t_free = Instant::now();
+            let mut retries = 0;
             let again = 1000;
             let len = 2 * MIB;
             loop {
@@ -661,6 +685,7 @@ fn enospc_at_write_and_mount_stays_usable() {
                         if e.raw_os_error() == Some(libc::ENOSPC)
                             && t_free.elapsed() < Duration::from_secs(15) =>
                     {
+                        retries += 1;
                         std::thread::sleep(Duration::from_millis(100))
                     }
                     Err(e) => panic!("{mode}: write after freeing 8 MiB: {e}"),
@@ -685,8 +710,9 @@ fn enospc_at_write_and_mount_stays_usable() {
             want.sort();
             assert_eq!(names, want, "{mode}: the names in BACKING after unmount");
             println!(
-                "enospc [{mode}]: write to n{fi} at {} KiB failed with {err} after {} MiB \
-                 acknowledged; writes resumed {} ms after deleting 8 MiB; {:.1} s",
+                "enospc [{mode}]: write to n{fi} at {} KiB failed with {err} ({landed} bytes of it \
+                 landed) after {} MiB acknowledged; writes resumed {} ms after deleting 8 MiB ({retries} ENOSPC retries); \
+                 {:.1} s",
                 at >> 10,
                 total >> 20,
                 t_free.elapsed().as_millis(),
