@@ -48,7 +48,8 @@ const MIB: u64 = 1 << 20;
 pub struct JournalConfig {
     /// Size of a segment file (preallocated). Space is reclaimed a segment at a time.
     pub segment_size: u64,
-    /// Capacity: the most bytes of segment files. Appends beyond it return `Full`.
+    /// Capacity: the most bytes of segment files holding DATA. A DATA append beyond it returns
+    /// `Full`; DONE and DROP may take one more segment (they are what frees space).
     pub max_size: u64,
     /// Bytes of appended records waiting for the writer beyond which `append` blocks.
     pub max_buffer: u64,
@@ -452,7 +453,13 @@ impl Journal {
             }
         };
         if !st.fits_in_tail(len, cfg) {
-            if st.space.used + cfg.segment_size > cfg.max_size {
+            // DONE and DROP may use one segment beyond the cap: they are what frees space, and a
+            // journal too full to record them would never empty.
+            let cap = match mark {
+                None => cfg.max_size,
+                Some(_) => cfg.max_size + cfg.segment_size,
+            };
+            if st.space.used + cfg.segment_size > cap {
                 st.c.full_errors += 1;
                 return Err(JournalError::Full {
                     used: st.space.used,
