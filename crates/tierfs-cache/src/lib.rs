@@ -3,10 +3,10 @@
 //! ([`SsdCache`]), and the write-back journal ([`Journal`]). Later: `meta`, `writeback`,
 //! `pressure`.
 
+pub mod journal;
 mod key;
 mod ram;
 mod singleflight;
-pub mod journal;
 pub mod ssd;
 
 pub use journal::{

@@ -310,10 +310,17 @@ mod tests {
         let HeaderCheck::Ok(h) = parse_header(&out) else {
             panic!("header")
         };
-        assert_eq!((h.kind, h.seq, h.len as usize), (KIND_DATA, 42, out.len() - HDR));
+        assert_eq!(
+            (h.kind, h.seq, h.len as usize),
+            (KIND_DATA, 42, out.len() - HDR)
+        );
         assert!(crc_ok(11, &out, &h, &out[HDR..]));
         let direct = record_crc(11, &out[..HDR], &out[HDR..]);
-        assert_eq!(get_u32(&out, 20), Some(direct), "combined CRC equals the direct one");
+        assert_eq!(
+            get_u32(&out, 20),
+            Some(direct),
+            "combined CRC equals the direct one"
+        );
         assert!(!crc_ok(12, &out, &h, &out[HDR..]), "other segment's seed");
         match decode(h.kind, &out[HDR..]).unwrap() {
             Decoded::Data {
@@ -322,7 +329,10 @@ mod tests {
                 offset,
                 path,
                 data,
-            } => assert_eq!((dev, ino, offset, path, data), (7, 9, 4096, &b"a/b"[..], &b"hello"[..])),
+            } => assert_eq!(
+                (dev, ino, offset, path, data),
+                (7, 9, 4096, &b"a/b"[..], &b"hello"[..])
+            ),
             d => panic!("{d:?}"),
         }
         // Any flipped bit is caught.
@@ -330,7 +340,9 @@ mod tests {
             let mut bad = out.clone();
             bad[i] ^= 0x10;
             let ok = match parse_header(&bad) {
-                HeaderCheck::Ok(h) => bad.len() - HDR == h.len as usize && crc_ok(11, &bad, &h, &bad[HDR..]),
+                HeaderCheck::Ok(h) => {
+                    bad.len() - HDR == h.len as usize && crc_ok(11, &bad, &h, &bad[HDR..])
+                }
                 _ => false,
             };
             assert!(!ok, "flip at {i} not detected");

@@ -189,7 +189,8 @@ impl State {
     /// Closes the tail segment with a SEAL (if it was started) and starts the next one.
     fn roll(&mut self, cfg: &JournalConfig, uuid: &[u8; 16]) {
         if self.tail.open {
-            let (seg, off, seed, seq) = (self.tail.seg, self.tail.off, self.tail.seed, self.next_seq);
+            let (seg, off, seed, seq) =
+                (self.tail.seg, self.tail.off, self.tail.seed, self.next_seq);
             self.next_seq += 1;
             let run = self.run_for(seg, off);
             format::encode_seal(&mut run.buf, seed, seq, off);
@@ -485,7 +486,12 @@ impl Journal {
     }
 
     /// Appends DATA: `data` was written at `offset` of `file`.
-    pub fn append_data(&self, file: &FileRef, offset: u64, data: &[u8]) -> Result<u64, JournalError> {
+    pub fn append_data(
+        &self,
+        file: &FileRef,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, JournalError> {
         self.append(Record::Data { file, offset, data })
     }
 

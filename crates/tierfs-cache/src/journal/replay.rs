@@ -191,8 +191,8 @@ fn scan_segment(
             return Ok(End::Torn(off, "record runs past end of file"));
         }
         payload.resize(h.len as usize, 0);
-        let got = io::read_at_most(file, &mut payload, off + HDR as u64)
-            .map_err(io_err("read", path))?;
+        let got =
+            io::read_at_most(file, &mut payload, off + HDR as u64).map_err(io_err("read", path))?;
         if got != payload.len() {
             return Ok(End::Torn(off, "record runs past end of file"));
         }

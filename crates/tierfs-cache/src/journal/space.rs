@@ -101,7 +101,11 @@ mod tests {
         assert!(s.freeable(4).is_empty());
         s.mark((1, 1), 10);
         assert_eq!(s.freeable(4), vec![1, 2]);
-        assert_eq!(s.freeable(2), vec![1], "not at or past the writer's segment");
+        assert_eq!(
+            s.freeable(2),
+            vec![1],
+            "not at or past the writer's segment"
+        );
         s.remove_seg(1);
         s.remove_seg(2);
         assert_eq!(s.used, 10);

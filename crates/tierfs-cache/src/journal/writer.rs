@@ -29,6 +29,8 @@ struct Writer {
     synced_records: u64,
     writes_since_sync: u64,
     last_sync: Instant,
+    /// The segment the writer was in at the last free pass.
+    freed_at_seg: u64,
 }
 
 pub(crate) fn run(sh: Arc<Shared>) {
@@ -43,6 +45,7 @@ pub(crate) fn run(sh: Arc<Shared>) {
         synced_records: 0,
         writes_since_sync: 0,
         last_sync: Instant::now(),
+        freed_at_seg: 0,
     };
     let res = w.main();
     let mut st = w.sh.lock();
@@ -100,7 +103,12 @@ impl Writer {
             if need {
                 self.sync_cur()?;
             }
-            if self.publish() {
+            // Segments become freeable when DONEs become durable, and when the writer moves
+            // past a segment whose data was already covered.
+            let applied = self.publish();
+            let seg = self.cur.as_ref().map_or(0, |c| c.0);
+            if applied || seg != self.freed_at_seg {
+                self.freed_at_seg = seg;
                 self.sh.free_covered()?;
             }
         }
