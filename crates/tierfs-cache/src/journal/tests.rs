@@ -513,7 +513,7 @@ fn group_commit_one_fdatasync_serves_many_syncs() {
                 let mut mine = Vec::new();
                 for i in 0..150u64 {
                     let off = i * 4096;
-                    let d = bytes(t << 32 | i, 4096);
+                    let d = bytes((t << 32) | i, 4096);
                     let s = j.append_data(&file(100 + t), off, &d).unwrap();
                     j.sync(s).unwrap();
                     assert!(j.durable_seq() >= s);
@@ -541,7 +541,7 @@ fn group_commit_one_fdatasync_serves_many_syncs() {
         let t = p.file.ino - 100;
         assert_eq!(
             j.read_pending(p).unwrap(),
-            bytes(t << 32 | p.offset / 4096, 4096)
+            bytes((t << 32) | (p.offset / 4096), 4096)
         );
     }
 }
