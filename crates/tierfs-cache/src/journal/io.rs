@@ -1,0 +1,81 @@
+//! The few system calls the journal makes beyond `std::fs`: fdatasync, fallocate, positioned
+//! reads and writes, a directory fsync, a random uuid. (The SSD tier has its own copies of the
+//! last two in `ssd::io`, private to that module; these are small enough not to share.)
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// fdatasync: the data and the metadata needed to read it back (size, extents), not mtime.
+pub(crate) fn fdatasync(f: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: the descriptor is owned by `f` and open.
+        if unsafe { libc::fdatasync(f.as_raw_fd()) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reserves `len` bytes, so appends do not allocate blocks one at a time and a full device is
+/// found when a segment is created rather than in the middle of a batch. Filesystems without
+/// fallocate get a plain file that grows as it is written.
+pub(crate) fn preallocate(f: &File, len: u64) -> io::Result<()> {
+    // SAFETY: the descriptor is owned by `f` and open.
+    let r = unsafe { libc::fallocate64(f.as_raw_fd(), 0, 0, len as libc::off64_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// One positioned write of the whole buffer (looping only on a short write).
+pub(crate) fn write_all_at(f: &File, buf: &[u8], off: u64) -> io::Result<()> {
+    f.write_all_at(buf, off)
+}
+
+/// Reads up to `buf.len()` bytes at `off`; fewer only at end of file.
+pub(crate) fn read_at_most(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], off + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// fsync of a directory, so a create, rename or unlink in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// 16 random bytes for the journal uuid; time and pid if getrandom fails.
+pub(crate) fn random_uuid() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    // SAFETY: the buffer is valid for 16 bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b[..8].copy_from_slice(&(t as u64).to_le_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        let c = crc32c::crc32c(&b[..12]);
+        b[12..].copy_from_slice(&c.to_le_bytes());
+    }
+    b
+}

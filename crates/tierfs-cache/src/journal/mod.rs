@@ -1,0 +1,708 @@
+//! The write-back journal: a durable, checksummed log of acknowledged writes whose data is not
+//! yet on the backing store. Layout and rules: docs/writeback.md, "Journal format".
+//!
+//! - `append` copies a record into an in-memory batch and returns its seq; it blocks only when
+//!   `max_buffer` bytes are already waiting for the writer (backpressure), and returns `Full`
+//!   at once when the journal is at capacity (the caller waits for flushers).
+//! - One writer thread drains the whole batch with one positioned write per segment touched and
+//!   fdatasyncs when a caller waits in `sync` (or every `sync_interval`): group commit, one
+//!   fdatasync for everyone waiting at the time.
+//! - Flushers record DONE (or DROP) once the backing store has the data durably; a segment is
+//!   deleted, oldest first, once every DATA record in it is covered by a durable DONE/DROP.
+//! - `open` replays: it checks every record and hands back the writes that are still pending.
+
+mod error;
+mod format;
+mod io;
+mod replay;
+mod space;
+mod stats;
+mod superblock;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::JournalError;
+pub use format::{FileRef, Record, MAX_PATH};
+pub use replay::{PendingWrite, Replay};
+pub use stats::JournalStats;
+
+use error::io_err;
+use format::{Decoded, HeaderCheck, Prepared, DATA_FIXED, HDR, SEAL_LEN};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use replay::seg_name;
+use space::{Key, Space};
+use stats::Counters;
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// Settings of the journal.
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// Size of a segment file (preallocated). Space is reclaimed a segment at a time.
+    pub segment_size: u64,
+    /// Capacity: the most bytes of segment files holding DATA. A DATA append beyond it returns
+    /// `Full`; DONE and DROP may take one more segment (they are what frees space).
+    pub max_size: u64,
+    /// Bytes of appended records waiting for the writer beyond which `append` blocks.
+    pub max_buffer: u64,
+    /// The writer fdatasyncs at least this often while records are unsynced, so DONEs free
+    /// space and a crash loses a bounded amount even when no one calls `sync`.
+    pub sync_interval: Duration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            // 64 MiB: a segment holds 64 full 1 MiB writes, so the rollover fdatasync and the
+            // creation of the next file are rare; small enough to free space steadily.
+            segment_size: 64 * MIB,
+            // 1 GiB of dirty data not yet on the backing store: 16 segments.
+            max_size: 1024 * MIB,
+            // 16 MiB: a few hundred ms of a slow disk, large enough not to stall bursts.
+            max_buffer: 16 * MIB,
+            sync_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl JournalConfig {
+    pub fn validate(&self) -> Result<(), JournalError> {
+        let bad = |m: String| Err(JournalError::Config(m));
+        if self.segment_size < 4 * MIB {
+            return bad(format!(
+                "segment_size {} is below 4 MiB (a segment must hold the largest record, 1 MiB and a header, several times)",
+                self.segment_size
+            ));
+        }
+        if self.segment_size > 1 << 40 {
+            return bad(format!("segment_size {} is above 1 TiB", self.segment_size));
+        }
+        if self.max_size < 2 * self.segment_size {
+            return bad(format!(
+                "max_size {} is below two segments ({}): the journal could never move on from a full segment",
+                self.max_size,
+                2 * self.segment_size
+            ));
+        }
+        if self.max_buffer < 64 * 1024 {
+            return bad(format!("max_buffer {} is below 64 KiB", self.max_buffer));
+        }
+        if self.sync_interval.is_zero() {
+            return bad("sync_interval is zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Where the next record goes.
+#[derive(Debug)]
+struct Tail {
+    seg: u64,
+    off: u64,
+    /// Whether `seg` has been started (has a `SegInfo`); after open it has not.
+    open: bool,
+    seed: u32,
+}
+
+/// Records placed in one segment, contiguous, waiting for the writer.
+#[derive(Debug)]
+pub(crate) struct Run {
+    seg: u64,
+    off: u64,
+    buf: Vec<u8>,
+    /// Highest seq in `buf`.
+    last_seq: u64,
+    /// Caller records in `buf` (SEALs not counted).
+    records: u64,
+}
+
+pub(crate) struct State {
+    next_seq: u64,
+    tail: Tail,
+    /// The batch being filled: what the writer takes next.
+    runs: Vec<Run>,
+    queued: u64,
+    /// Emptied batch buffers, kept for reuse (a 16 MiB allocation per batch costs page faults).
+    spare: Vec<Vec<u8>>,
+    space: Space,
+    /// DONE/DROP records appended but not yet durable: (seq, file, upto). They count for
+    /// freeing space only once durable, or a crash could leave data neither on the backing
+    /// store nor in the journal.
+    marks: VecDeque<(u64, Key, u64)>,
+    written_seq: u64,
+    durable_seq: u64,
+    /// The segment the writer writes to; every segment below it is sealed and durable.
+    writer_seg: u64,
+    /// The highest seq a `sync` caller waits for.
+    sync_want: u64,
+    space_waiters: usize,
+    failed: Option<String>,
+    shutdown: bool,
+    writer_done: bool,
+    c: Counters,
+}
+
+impl State {
+    fn usable(&self) -> Result<(), JournalError> {
+        if let Some(m) = &self.failed {
+            return Err(JournalError::Failed(m.clone()));
+        }
+        if self.shutdown {
+            return Err(JournalError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Whether a record of `len` bytes can be appended now without returning `Full`.
+    fn fits(&self, len: u64, cfg: &JournalConfig) -> bool {
+        self.fits_in_tail(len, cfg) || self.space.used + cfg.segment_size <= cfg.max_size
+    }
+
+    fn fits_in_tail(&self, len: u64, cfg: &JournalConfig) -> bool {
+        self.tail.open && self.tail.off + len + SEAL_LEN <= cfg.segment_size
+    }
+
+    /// The buffer the record at (`seg`, `off`) goes into.
+    fn run_for(&mut self, seg: u64, off: u64) -> &mut Run {
+        let extend = matches!(self.runs.last(), Some(r) if r.seg == seg && r.off + r.buf.len() as u64 == off);
+        if !extend {
+            let buf = self.spare.pop().unwrap_or_default();
+            self.runs.push(Run {
+                seg,
+                off,
+                buf,
+                last_seq: 0,
+                records: 0,
+            });
+        }
+        self.runs.last_mut().expect("a run was just ensured")
+    }
+
+    /// Closes the tail segment with a SEAL (if it was started) and starts the next one.
+    fn roll(&mut self, cfg: &JournalConfig, uuid: &[u8; 16]) {
+        if self.tail.open {
+            let (seg, off, seed, seq) =
+                (self.tail.seg, self.tail.off, self.tail.seed, self.next_seq);
+            self.next_seq += 1;
+            let run = self.run_for(seg, off);
+            format::encode_seal(&mut run.buf, seed, seq, off);
+            run.last_seq = seq;
+            self.queued += SEAL_LEN;
+            self.tail.seg += 1;
+        }
+        let seg = self.tail.seg;
+        self.space.add_seg(seg, cfg.segment_size, self.next_seq);
+        self.tail = Tail {
+            seg,
+            off: 0,
+            open: true,
+            seed: format::seg_seed(uuid, seg),
+        };
+    }
+}
+
+pub(crate) struct Shared {
+    dir: PathBuf,
+    cfg: JournalConfig,
+    uuid: [u8; 16],
+    st: Mutex<State>,
+    /// Wakes the writer: records queued, a sync asked for, shutdown.
+    writer_cv: Condvar,
+    /// `durable_seq` moved, or the writer failed or stopped.
+    durable_cv: Condvar,
+    /// The writer took the batch (backpressure waiters).
+    drained_cv: Condvar,
+    /// Segments were freed.
+    space_cv: Condvar,
+    /// Open segment files, for the writer and `read_pending`.
+    files: Mutex<BTreeMap<u64, Arc<File>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock()
+    }
+
+    fn seg_path(&self, seg: u64) -> PathBuf {
+        self.dir.join(seg_name(seg))
+    }
+
+    /// Deletes the oldest segments whose data is all covered by durable DONE/DROP records, one
+    /// at a time with a directory fsync after each: a crash must never leave an older segment
+    /// whose covering DONE (in a newer one) is already gone.
+    fn free_covered(&self) -> Result<(), JournalError> {
+        let segs = {
+            let st = self.lock();
+            st.space.freeable(st.writer_seg)
+        };
+        for seg in segs {
+            self.files.lock().remove(&seg);
+            let path = self.seg_path(seg);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("delete", &path)(e)),
+            }
+            io::sync_dir(&self.dir).map_err(io_err("fsync", &self.dir))?;
+            let mut st = self.lock();
+            st.space.remove_seg(seg);
+            st.c.segments_freed += 1;
+            self.space_cv.notify_all();
+        }
+        Ok(())
+    }
+}
+
+/// The write-back journal of one cache directory. `Send + Sync`; share it by reference or `Arc`.
+pub struct Journal {
+    sh: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `dir` for the store `store_id`, replays it and starts
+    /// the writer. `reset` deletes whatever journal is there first (its pending writes are
+    /// lost: for a journal the caller has given up on).
+    ///
+    /// Records of the last segment after a torn or garbled one are ignored (a crash mid-write:
+    /// none of them was acknowledged as durable) and the segment is sealed there; new records
+    /// go to a new segment. Damage anywhere else is an error.
+    pub fn open(
+        dir: &Path,
+        store_id: &str,
+        cfg: JournalConfig,
+        reset: bool,
+    ) -> Result<(Journal, Replay), JournalError> {
+        cfg.validate()?;
+        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        if reset {
+            wipe(dir)?;
+        }
+        let tmp = dir.join(superblock::TMP);
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io_err("delete", &tmp)(e))
+            }
+            _ => {}
+        }
+        let seg_list = replay::list_segments(dir)?;
+        let sb = match superblock::load(dir, store_id)? {
+            Some(sb) => sb,
+            None if !seg_list.is_empty() => {
+                return Err(JournalError::Damaged {
+                    path: dir.join(superblock::FILE),
+                    offset: 0,
+                    what: "superblock missing beside segment files".into(),
+                })
+            }
+            None => {
+                let sb = superblock::Superblock {
+                    uuid: io::random_uuid(),
+                    segment_size: cfg.segment_size,
+                };
+                superblock::store(dir, store_id, &sb)?;
+                sb
+            }
+        };
+
+        let mut opened = BTreeMap::new();
+        for &seg in &seg_list {
+            let path = dir.join(seg_name(seg));
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(io_err("open", &path))?;
+            opened.insert(seg, (path, f));
+        }
+        let sc = replay::scan(dir, &sb.uuid, &opened)?;
+        let mut next_seq = sc.last_seq + 1;
+        if let Some((seg, off)) = sc.unsealed_last {
+            // Seal the last segment where its valid records end, so that once newer segments
+            // exist its end is told from damage; the torn bytes after it are never read again.
+            let (path, f) = &opened[&seg];
+            let mut buf = Vec::new();
+            format::encode_seal(&mut buf, format::seg_seed(&sb.uuid, seg), next_seq, off);
+            next_seq += 1;
+            io::write_all_at(f, &buf, off).map_err(io_err("write", path))?;
+            io::fdatasync(f).map_err(io_err("fdatasync", path))?;
+        } else if let Some((path, f)) = opened.values().next_back() {
+            // What the scan read may have been in the page cache only (the process died, the
+            // machine did not); DONEs read here are about to free space, so make them durable.
+            io::fdatasync(f).map_err(io_err("fdatasync", path))?;
+        }
+
+        let mut space = Space {
+            used: sc.segs.values().map(|i| i.size).sum(),
+            segs: sc.segs,
+            ..Space::default()
+        };
+        for (k, upto) in sc.marks {
+            space.mark(k, upto);
+        }
+        let mut rp = sc.replay;
+        rp.pending = sc
+            .data
+            .into_iter()
+            .filter(|d| !space.covered(&(d.file.dev, d.file.ino), d.seq))
+            .collect();
+        rp.pending_bytes = rp.pending.iter().map(|p| p.len as u64).sum();
+
+        let last_seg = seg_list.last().copied().unwrap_or(0);
+        let c = Counters {
+            torn_tails: rp.torn_tail.is_some() as u64,
+            replayed_records: rp.pending.len() as u64,
+            replayed_bytes: rp.pending_bytes,
+            ..Counters::default()
+        };
+        let st = State {
+            next_seq,
+            tail: Tail {
+                seg: last_seg + 1,
+                off: 0,
+                open: false,
+                seed: 0,
+            },
+            runs: Vec::new(),
+            queued: 0,
+            spare: Vec::new(),
+            space,
+            marks: VecDeque::new(),
+            written_seq: next_seq - 1,
+            durable_seq: next_seq - 1,
+            // The last existing segment stays until the writer starts a new one, so segment
+            // numbers and seqs never go back (nothing is ever written under an old name).
+            writer_seg: last_seg,
+            sync_want: 0,
+            space_waiters: 0,
+            failed: None,
+            shutdown: false,
+            writer_done: false,
+            c,
+        };
+        let files = opened
+            .into_iter()
+            .map(|(seg, (_, f))| (seg, Arc::new(f)))
+            .collect();
+        let sh = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            cfg,
+            uuid: sb.uuid,
+            st: Mutex::new(st),
+            writer_cv: Condvar::new(),
+            durable_cv: Condvar::new(),
+            drained_cv: Condvar::new(),
+            space_cv: Condvar::new(),
+            files: Mutex::new(files),
+        });
+        sh.free_covered()?;
+        let w = Arc::clone(&sh);
+        let handle = std::thread::Builder::new()
+            .name("tierfs-journal".into())
+            .spawn(move || writer::run(w))
+            .map_err(io_err("start writer thread for", dir))?;
+        Ok((
+            Journal {
+                sh,
+                writer: Mutex::new(Some(handle)),
+            },
+            rp,
+        ))
+    }
+
+    /// Appends a record; returns its seq. The record is durable once `sync(seq)` returns.
+    pub fn append(&self, rec: Record<'_>) -> Result<u64, JournalError> {
+        if let Record::Data { file, .. } = &rec {
+            if file.path.len() > MAX_PATH {
+                return Err(JournalError::Config(format!(
+                    "path of {} bytes; at most {MAX_PATH}",
+                    file.path.len()
+                )));
+            }
+        }
+        let cfg = &self.sh.cfg;
+        let max = cfg.segment_size - SEAL_LEN;
+        let len = rec.encoded_len();
+        if len > max {
+            return Err(JournalError::TooLarge { len, max });
+        }
+        let p = format::prepare(&rec);
+        let mut st = self.sh.lock();
+        st.usable()?;
+        while st.queued > 0 && st.queued + len > cfg.max_buffer {
+            self.sh.drained_cv.wait(&mut st);
+            st.usable()?;
+        }
+        let mark = match rec {
+            Record::Data { .. } => None,
+            Record::Done { dev, ino, upto_seq } | Record::Drop { dev, ino, upto_seq } => {
+                if upto_seq >= st.next_seq {
+                    return Err(JournalError::Config(format!(
+                        "DONE/DROP up to seq {upto_seq}, but the last seq appended is {}",
+                        st.next_seq - 1
+                    )));
+                }
+                Some(((dev, ino), upto_seq))
+            }
+        };
+        if !st.fits_in_tail(len, cfg) {
+            // DONE and DROP may use one segment beyond the cap: they are what frees space, and a
+            // journal too full to record them would never empty.
+            let cap = match mark {
+                None => cfg.max_size,
+                Some(_) => cfg.max_size + cfg.segment_size,
+            };
+            if st.space.used + cfg.segment_size > cap {
+                st.c.full_errors += 1;
+                return Err(JournalError::Full {
+                    used: st.space.used,
+                    cap: cfg.max_size,
+                });
+            }
+            st.roll(cfg, &self.sh.uuid);
+        }
+        let seq = place(&mut st, &p, len);
+        match (rec, mark) {
+            (Record::Data { file, .. }, _) => {
+                let seg = st.tail.seg;
+                if let Some(info) = st.space.segs.get_mut(&seg) {
+                    info.files.insert((file.dev, file.ino), seq);
+                }
+            }
+            (_, Some((key, upto))) => st.marks.push_back((seq, key, upto)),
+            _ => {}
+        }
+        drop(st);
+        self.sh.writer_cv.notify_one();
+        Ok(seq)
+    }
+
+    /// Appends DATA: `data` was written at `offset` of `file`.
+    pub fn append_data(
+        &self,
+        file: &FileRef,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, JournalError> {
+        self.append(Record::Data { file, offset, data })
+    }
+
+    /// Appends DONE: every DATA of (dev, ino) with seq <= `upto_seq` is on the backing store,
+    /// durably. Space is freed once this record is durable (`sync`, or within `sync_interval`).
+    pub fn done(&self, dev: u64, ino: u64, upto_seq: u64) -> Result<u64, JournalError> {
+        self.append(Record::Done { dev, ino, upto_seq })
+    }
+
+    /// Appends DROP: the DATA of (dev, ino) up to `upto_seq` was discarded (unlink, truncate).
+    pub fn drop_file(&self, dev: u64, ino: u64, upto_seq: u64) -> Result<u64, JournalError> {
+        self.append(Record::Drop { dev, ino, upto_seq })
+    }
+
+    /// Blocks until every record with seq <= `seq` is durable. Callers waiting at the same time
+    /// share one fdatasync.
+    pub fn sync(&self, seq: u64) -> Result<(), JournalError> {
+        let mut st = self.sh.lock();
+        let seq = seq.min(st.next_seq - 1);
+        if st.durable_seq >= seq {
+            return Ok(());
+        }
+        if let Some(m) = &st.failed {
+            return Err(JournalError::Failed(m.clone()));
+        }
+        st.c.sync_calls += 1;
+        st.sync_want = st.sync_want.max(seq);
+        self.sh.writer_cv.notify_one();
+        loop {
+            if st.durable_seq >= seq {
+                return Ok(());
+            }
+            if let Some(m) = &st.failed {
+                return Err(JournalError::Failed(m.clone()));
+            }
+            if st.writer_done {
+                return Err(JournalError::Closed);
+            }
+            self.sh.durable_cv.wait(&mut st);
+        }
+    }
+
+    /// Blocks until every record appended so far is durable.
+    pub fn sync_all(&self) -> Result<(), JournalError> {
+        let seq = self.appended_seq();
+        self.sync(seq)
+    }
+
+    /// Blocks until a DATA record of `bytes` of data (and any path) can be appended without
+    /// `Full`, or `timeout` passes; says which. Wakes when segments are freed; makes the writer
+    /// sync pending DONEs at once, so they free space without waiting for `sync_interval`.
+    pub fn wait_for_space(&self, bytes: u64, timeout: Duration) -> bool {
+        let need = (HDR + DATA_FIXED + MAX_PATH) as u64 + bytes;
+        let deadline = Instant::now() + timeout;
+        let cfg = &self.sh.cfg;
+        let mut st = self.sh.lock();
+        st.space_waiters += 1;
+        self.sh.writer_cv.notify_one();
+        let ok = loop {
+            if st.fits(need, cfg) {
+                break true;
+            }
+            if st.failed.is_some() || st.shutdown {
+                break false;
+            }
+            if self.sh.space_cv.wait_until(&mut st, deadline).timed_out() {
+                break st.fits(need, cfg);
+            }
+        };
+        st.space_waiters -= 1;
+        ok
+    }
+
+    /// Bytes of segment files (whole preallocated segments).
+    pub fn used_bytes(&self) -> u64 {
+        self.sh.lock().space.used
+    }
+
+    /// The last seq handed out (0 if none ever).
+    pub fn appended_seq(&self) -> u64 {
+        self.sh.lock().next_seq - 1
+    }
+
+    /// Every record with seq <= this is durable.
+    pub fn durable_seq(&self) -> u64 {
+        self.sh.lock().durable_seq
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        let st = self.sh.lock();
+        let c = &st.c;
+        JournalStats {
+            used_bytes: st.space.used,
+            cap_bytes: self.sh.cfg.max_size,
+            segments: st.space.segs.len() as u64,
+            records_appended: c.records_appended,
+            bytes_appended: c.bytes_appended,
+            syncs: c.syncs,
+            sync_calls: c.sync_calls,
+            group_commit_max_batch: c.group_commit_max_batch,
+            group_commit_max_writes: c.group_commit_max_writes,
+            segments_freed: c.segments_freed,
+            full_errors: c.full_errors,
+            torn_tails: c.torn_tails,
+            replayed_records: c.replayed_records,
+            replayed_bytes: c.replayed_bytes,
+            oldest_seq: st.space.segs.values().next().map_or(0, |s| s.first_seq),
+            durable_seq: st.durable_seq,
+            appended_seq: st.next_seq - 1,
+        }
+    }
+
+    /// The data of a write found by `open`, read back and checked again.
+    pub fn read_pending(&self, p: &PendingWrite) -> Result<Vec<u8>, JournalError> {
+        let path = self.sh.seg_path(p.loc.seg);
+        let damaged = |what: &str| JournalError::Damaged {
+            path: path.clone(),
+            offset: p.loc.off,
+            what: what.into(),
+        };
+        let f = self
+            .sh
+            .files
+            .lock()
+            .get(&p.loc.seg)
+            .cloned()
+            .ok_or_else(|| damaged("segment already freed (DONE recorded before the read?)"))?;
+        let plen = p.file.path.len();
+        let mut buf = vec![0u8; HDR + DATA_FIXED + plen + p.len as usize];
+        let n = io::read_at_most(&f, &mut buf, p.loc.off).map_err(io_err("read", &path))?;
+        if n != buf.len() {
+            return Err(damaged("record shorter than at open"));
+        }
+        let HeaderCheck::Ok(h) = format::parse_header(&buf) else {
+            return Err(damaged("record header changed since open"));
+        };
+        let seed = format::seg_seed(&self.sh.uuid, p.loc.seg);
+        if h.seq != p.seq || !format::crc_ok(seed, &buf[..HDR], &h, &buf[HDR..]) {
+            return Err(damaged("record checksum mismatch on read-back"));
+        }
+        match format::decode(h.kind, &buf[HDR..]) {
+            Ok(Decoded::Data {
+                dev,
+                ino,
+                offset,
+                path: rp,
+                data,
+            }) if dev == p.file.dev
+                && ino == p.file.ino
+                && offset == p.offset
+                && rp == &p.file.path[..]
+                && data.len() == p.len as usize => {}
+            _ => return Err(damaged("record differs from the one found at open")),
+        }
+        buf.drain(..HDR + DATA_FIXED + plen);
+        Ok(buf)
+    }
+
+    /// Writes and syncs everything appended, then stops the writer. Appends fail afterwards.
+    pub fn shutdown(&self) {
+        {
+            let mut st = self.sh.lock();
+            st.shutdown = true;
+        }
+        self.sh.writer_cv.notify_all();
+        self.sh.drained_cv.notify_all();
+        self.sh.space_cv.notify_all();
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Puts a prepared record at the tail (which has room for it); returns its seq.
+fn place(st: &mut State, p: &Prepared<'_>, len: u64) -> u64 {
+    let (seg, off, seed, seq) = (st.tail.seg, st.tail.off, st.tail.seed, st.next_seq);
+    st.next_seq += 1;
+    st.tail.off += len;
+    let run = st.run_for(seg, off);
+    format::put(&mut run.buf, seed, seq, p);
+    run.last_seq = seq;
+    run.records += 1;
+    st.queued += len;
+    st.c.records_appended += 1;
+    st.c.bytes_appended += len;
+    seq
+}
+
+/// Removes the journal's own files from `dir`. The superblock goes first: a wipe cut short by a
+/// crash leaves segments without it, which `open` refuses, rather than a journal that has lost
+/// its oldest segments and looks whole.
+fn wipe(dir: &Path) -> Result<(), JournalError> {
+    for name in [superblock::FILE, superblock::TMP] {
+        let p = dir.join(name);
+        match fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io_err("delete", &p)(e))
+            }
+            _ => {}
+        }
+    }
+    io::sync_dir(dir).map_err(io_err("fsync", dir))?;
+    for seg in replay::list_segments(dir)? {
+        let p = dir.join(seg_name(seg));
+        fs::remove_file(&p).map_err(io_err("delete", &p))?;
+    }
+    io::sync_dir(dir).map_err(io_err("fsync", dir))
+}

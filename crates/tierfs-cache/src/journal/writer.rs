@@ -1,0 +1,201 @@
+//! The writer thread: drains batches, creates segments, fdatasyncs, frees covered segments.
+//!
+//! Group commit: appends accumulate in `State::runs` while the writer is busy writing or
+//! syncing; it then takes all of them at once, writes each run (records of one segment) with
+//! one positioned write, and issues one fdatasync that answers every `sync` caller waiting.
+//!
+//! Rollover barrier: before the first byte goes into segment N+1, segment N (ending in its SEAL)
+//! is fdatasynced. So once a newer segment exists, every older one is complete on disk, and a
+//! segment that is not the last and lacks its SEAL is damage, not a crash.
+
+use super::error::io_err;
+use super::{io, JournalError, Run, Shared};
+use std::fs::{File, OpenOptions};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Batch buffers kept for reuse.
+const SPARE_BUFFERS: usize = 4;
+
+struct Writer {
+    sh: Arc<Shared>,
+    /// The segment being written and its file.
+    cur: Option<(u64, Arc<File>)>,
+    unsynced: bool,
+    written_seq: u64,
+    durable_seq: u64,
+    /// Caller records written / made durable, and writes issued since the last fdatasync.
+    written_records: u64,
+    synced_records: u64,
+    writes_since_sync: u64,
+    last_sync: Instant,
+    /// The segment the writer was in at the last free pass.
+    freed_at_seg: u64,
+}
+
+pub(crate) fn run(sh: Arc<Shared>) {
+    let seq = sh.lock().durable_seq;
+    let mut w = Writer {
+        sh,
+        cur: None,
+        unsynced: false,
+        written_seq: seq,
+        durable_seq: seq,
+        written_records: 0,
+        synced_records: 0,
+        writes_since_sync: 0,
+        last_sync: Instant::now(),
+        freed_at_seg: 0,
+    };
+    let res = w.main();
+    let mut st = w.sh.lock();
+    if let Err(e) = res {
+        // Nothing written after a failed write or fdatasync can be trusted to be durable
+        // (the kernel may have dropped the dirty pages): refuse all further work.
+        tracing::error!("{e}");
+        st.failed = Some(e.to_string());
+    }
+    st.writer_done = true;
+    drop(st);
+    w.sh.durable_cv.notify_all();
+    w.sh.drained_cv.notify_all();
+    w.sh.space_cv.notify_all();
+}
+
+impl Writer {
+    fn main(&mut self) -> Result<(), JournalError> {
+        loop {
+            let runs = {
+                let mut st = self.sh.lock();
+                loop {
+                    if !st.runs.is_empty() || self.must_sync(&st) {
+                        break;
+                    }
+                    if st.shutdown {
+                        return Ok(());
+                    }
+                    let wait = self.sh.cfg.sync_interval;
+                    self.sh.writer_cv.wait_for(&mut st, wait);
+                }
+                st.queued = 0;
+                std::mem::take(&mut st.runs)
+            };
+            self.sh.drained_cv.notify_all();
+
+            let mut spare = Vec::new();
+            for run in runs {
+                self.write_run(&run)?;
+                let mut buf = run.buf;
+                buf.clear();
+                spare.push(buf);
+            }
+            let need = {
+                let mut st = self.sh.lock();
+                st.written_seq = self.written_seq;
+                while st.spare.len() < SPARE_BUFFERS {
+                    match spare.pop() {
+                        Some(b) => st.spare.push(b),
+                        None => break,
+                    }
+                }
+                self.must_sync(&st)
+            };
+            if need {
+                self.sync_cur()?;
+            }
+            // Segments become freeable when DONEs become durable, and when the writer moves
+            // past a segment whose data was already covered.
+            let applied = self.publish();
+            let seg = self.cur.as_ref().map_or(0, |c| c.0);
+            if applied || seg != self.freed_at_seg {
+                self.freed_at_seg = seg;
+                self.sh.free_covered()?;
+            }
+        }
+    }
+
+    /// Whether to fdatasync now: something written is not durable, and someone waits for it,
+    /// or DONEs are needed to free space for a waiter, or it has been `sync_interval`.
+    fn must_sync(&self, st: &super::State) -> bool {
+        self.written_seq > self.durable_seq
+            && (st.sync_want > self.durable_seq
+                || st.shutdown
+                || (st.space_waiters > 0 && !st.marks.is_empty())
+                || self.last_sync.elapsed() >= self.sh.cfg.sync_interval)
+    }
+
+    fn write_run(&mut self, run: &Run) -> Result<(), JournalError> {
+        if self.cur.as_ref().map(|c| c.0) != Some(run.seg) {
+            if self.unsynced {
+                self.sync_cur()?;
+            }
+            let f = self.create(run.seg)?;
+            self.cur = Some((run.seg, f));
+            self.sh.lock().writer_seg = run.seg;
+        }
+        let (seg, f) = self.cur.as_ref().expect("current segment set above");
+        io::write_all_at(f, &run.buf, run.off).map_err(io_err("write", &self.sh.seg_path(*seg)))?;
+        self.unsynced = true;
+        self.written_seq = run.last_seq;
+        self.written_records += run.records;
+        self.writes_since_sync += 1;
+        Ok(())
+    }
+
+    /// Creates segment `seg`: preallocated, and its directory entry durable before any record
+    /// in it can be reported durable (fdatasync of the file does not cover the entry).
+    fn create(&self, seg: u64) -> Result<Arc<File>, JournalError> {
+        let path = self.sh.seg_path(seg);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_err("create", &path))?;
+        io::preallocate(&f, self.sh.cfg.segment_size).map_err(io_err("fallocate", &path))?;
+        f.sync_all().map_err(io_err("fsync", &path))?;
+        io::sync_dir(&self.sh.dir).map_err(io_err("fsync", &self.sh.dir))?;
+        let f = Arc::new(f);
+        self.sh.files.lock().insert(seg, Arc::clone(&f));
+        Ok(f)
+    }
+
+    fn sync_cur(&mut self) -> Result<(), JournalError> {
+        if let (Some((seg, f)), true) = (&self.cur, self.unsynced) {
+            io::fdatasync(f).map_err(io_err("fdatasync", &self.sh.seg_path(*seg)))?;
+            self.unsynced = false;
+            self.durable_seq = self.written_seq;
+            self.last_sync = Instant::now();
+            let batch = self.written_records - self.synced_records;
+            self.synced_records = self.written_records;
+            let writes = std::mem::take(&mut self.writes_since_sync);
+            let mut st = self.sh.lock();
+            st.c.syncs += 1;
+            st.c.group_commit_max_batch = st.c.group_commit_max_batch.max(batch);
+            st.c.group_commit_max_writes = st.c.group_commit_max_writes.max(writes);
+        }
+        Ok(())
+    }
+
+    /// Publishes `durable_seq`, wakes `sync` callers, and applies the DONE/DROP records that
+    /// became durable. Says whether any were applied (segments may be freeable).
+    fn publish(&self) -> bool {
+        let mut st = self.sh.lock();
+        if st.durable_seq == self.durable_seq {
+            return false;
+        }
+        st.durable_seq = self.durable_seq;
+        let mut applied = false;
+        while let Some(&(seq, key, upto)) = st.marks.front() {
+            if seq > self.durable_seq {
+                break;
+            }
+            st.marks.pop_front();
+            st.space.mark(key, upto);
+            applied = true;
+        }
+        drop(st);
+        self.sh.durable_cv.notify_all();
+        applied
+    }
+}
