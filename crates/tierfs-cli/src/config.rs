@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
-use tierfs_fs::{FsConfig, SsdConfig};
+use tierfs_fs::{CloseMode, FsConfig, FsyncMode, SsdConfig, WbConfig, WbMode};
 use tierfs_fuse::FuseConfig;
 
 #[derive(Clone, Debug)]
@@ -14,6 +14,10 @@ pub struct Config {
     pub ssd: SsdConfig,
     /// `ssd.enable`: the SSD tier is on unless switched off.
     pub ssd_enable: bool,
+    pub wb: WbConfig,
+    /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
+    wb_soft_set: bool,
+    wb_journal_set: bool,
     attr_ttl_set: bool,
     entry_ttl_set: bool,
 }
@@ -78,11 +82,22 @@ impl Default for Config {
             entry_ttl: fs.meta_ttl,
             ..FuseConfig::default()
         };
+        // Dirty data is RAM: an eighth of it, at most 4 GiB, bounds what write-back holds.
+        let hard = (total_memory() / 8).clamp(256 << 20, 4 << 30);
+        let wb = WbConfig {
+            dirty_hard: hard,
+            dirty_soft: hard / 4 * 3,
+            journal_size: 2 * hard,
+            ..WbConfig::default()
+        };
         Config {
             fs,
             fuse,
             ssd: SsdConfig::default(),
             ssd_enable: true,
+            wb,
+            wb_soft_set: false,
+            wb_journal_set: false,
             attr_ttl_set: false,
             entry_ttl_set: false,
         }
@@ -204,6 +219,67 @@ impl Config {
                 "ssd.cache_data" => self.ssd.cache_data = parse_bool(value)?,
                 "ssd.cache_meta" => self.ssd.cache_meta = parse_bool(value)?,
                 "meta.cto" => self.fs.meta_cto = parse_bool(value)?,
+                "writeback.mode" => {
+                    self.wb.mode = match value {
+                        "through" => WbMode::Through,
+                        "back" => WbMode::Back,
+                        _ => bail!("must be through or back"),
+                    }
+                }
+                "writeback.fsync" => {
+                    self.wb.fsync = match value {
+                        "backing" => FsyncMode::Backing,
+                        "journal" => FsyncMode::Journal,
+                        _ => bail!("must be backing or journal"),
+                    }
+                }
+                "writeback.close" => {
+                    self.wb.close = match value {
+                        "async" => CloseMode::Async,
+                        "flush" => CloseMode::Flush,
+                        _ => bail!("must be async or flush"),
+                    }
+                }
+                "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,
+                "writeback.dirty_hard" => {
+                    self.wb.dirty_hard = parse_size(value)?;
+                    if self.wb.dirty_hard < 4 << 20 {
+                        bail!("must be at least 4M");
+                    }
+                    if !self.wb_soft_set {
+                        self.wb.dirty_soft = self.wb.dirty_hard / 4 * 3;
+                    }
+                    if !self.wb_journal_set {
+                        self.wb.journal_size = (2 * self.wb.dirty_hard).max(256 << 20);
+                    }
+                }
+                "writeback.dirty_soft" => {
+                    self.wb.dirty_soft = parse_size(value)?;
+                    self.wb_soft_set = true;
+                }
+                "writeback.journal_size" => {
+                    self.wb.journal_size = parse_size(value)?;
+                    self.wb_journal_set = true;
+                }
+                "writeback.journal_segment" => {
+                    self.wb.journal_segment = parse_size(value)?;
+                    if !(4 << 20..=1 << 30).contains(&self.wb.journal_segment) {
+                        bail!("must be from 4M to 1G");
+                    }
+                }
+                "writeback.chunk" => {
+                    self.wb.chunk = parse_size(value)?;
+                    if !(4096..=(64 << 20)).contains(&self.wb.chunk) {
+                        bail!("must be from 4K to 64M");
+                    }
+                }
+                "writeback.group" => {
+                    self.wb.group = parse_size(value)?;
+                    if self.wb.group == 0 {
+                        bail!("must be positive");
+                    }
+                }
+                "writeback.reserve_chunk" => self.wb.reserve_chunk = parse_size(value)?,
                 "meta.max_entries" => self.fs.meta_max_entries = parse_count(value, 0, 1 << 32)?,
                 "readahead.max" => self.fs.readahead_max = parse_size(value)?,
                 "readahead.chunk" => {
@@ -233,6 +309,26 @@ impl Config {
             Ok(())
         })();
         r.with_context(|| format!("option {key}={value}"))
+    }
+
+    /// Checks what single keys cannot: one line naming the keys at fault.
+    pub fn validate(&self) -> Result<()> {
+        let w = &self.wb;
+        if w.dirty_soft >= w.dirty_hard {
+            bail!(
+                "writeback.dirty_soft ({}) must be below writeback.dirty_hard ({})",
+                w.dirty_soft,
+                w.dirty_hard
+            );
+        }
+        if w.journal_size < 2 * w.journal_segment {
+            bail!(
+                "writeback.journal_size ({}) must hold at least two segments (writeback.journal_segment = {})",
+                w.journal_size,
+                w.journal_segment
+            );
+        }
+        Ok(())
     }
 
     /// Applies one `-o` element: `key=value`, a bare flag, or a generic mount option.

@@ -95,6 +95,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| default_cache_dir(store.store_id()));
     let lock = prepare_cache_dir(&cache_dir)?;
+    args.config.validate()?;
     if config_segment_too_small(&args.config) {
         bail!(
             "option ssd.segment_size={} must be at least twice ssd.cluster_size={}",
@@ -280,6 +281,16 @@ fn serve(
         let ssd = open_ssd(cache_dir, store.store_id(), &config, reset_cache)?;
         let fs = tierfs_fs::Fs::with_ssd(store, config.fs.clone(), ssd)
             .map_err(|e| anyhow::anyhow!("backing store: {e}"))?;
+        // Write-back's journal is replayed before anything is served, in either mode: a
+        // write-through mount after a crashed write-back one must not lose its writes.
+        let journal = cache_dir.join("journal");
+        if config.wb.mode == tierfs_fs::WbMode::Back {
+            fs.start_writeback(config.wb.clone(), &journal, reset_cache)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        } else if journal.exists() {
+            fs.replay_journal(config.wb.clone(), &journal)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         let stats_fs = fs.clone();
         control::serve(&socket, move |cmd| match cmd {
             "stats" => serde_json::to_string(&stats_fs.stats())
@@ -356,6 +367,8 @@ fn serve(
         }
     }
     let _ = std::fs::remove_file(&socket);
+    // Every written byte to the backing store before we exit (and the journal closed).
+    fs.shutdown_writeback();
     if let Some(ssd) = fs.ssd() {
         // Pending clusters written and the index checkpointed: the next mount starts warm
         // without scanning the log.

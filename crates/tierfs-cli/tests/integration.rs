@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use std::alloc::Layout;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -1071,4 +1071,53 @@ fn new_and_removed_names_are_seen_at_the_next_open() {
         let e = std::fs::read(mnt.join("d/old")).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     });
+}
+
+/// FUSE no-open (`meta.cto=off`): the kernel opens and closes files without asking us, and
+/// every read and write names handle 0. Reads, O_TRUNC (sent as a SETATTR), appends, fsync
+/// and a change behind our back (seen once `meta.ttl` has passed) all behave, and the daemon
+/// never saw an OPEN.
+#[test]
+fn no_open_reads_writes_and_truncates_without_open_requests() {
+    let m = BinMount::new(&[
+        "ram.max=64M",
+        "ram.block_size=4K",
+        "meta.ttl=200ms",
+        "meta.cto=off",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    std::fs::write(backing.join("f"), vec![1u8; 10_000]).unwrap();
+    std::fs::write(backing.join("g"), b"old contents, longer than the new").unwrap();
+    settle();
+    let stats = with_timeout(LIMIT, vec![mnt.clone()], move || {
+        for _ in 0..50 {
+            assert_eq!(std::fs::read(mnt.join("f")).unwrap(), vec![1u8; 10_000]);
+        }
+        // O_TRUNC without an OPEN to carry it: the kernel sends SETATTR(size 0) first.
+        std::fs::write(mnt.join("g"), b"new").unwrap();
+        assert_eq!(std::fs::read(mnt.join("g")).unwrap(), b"new");
+        assert_eq!(std::fs::read(backing.join("g")).unwrap(), b"new");
+        let mut a = std::fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("g"))
+            .unwrap();
+        a.write_all(b"+appended").unwrap();
+        a.sync_all().unwrap();
+        drop(a);
+        assert_eq!(std::fs::read(mnt.join("g")).unwrap(), b"new+appended");
+        assert_eq!(std::fs::read(backing.join("g")).unwrap(), b"new+appended");
+        // Changed behind our back: served once the attributes are older than meta.ttl.
+        std::thread::sleep(Duration::from_millis(20));
+        let w = std::fs::OpenOptions::new()
+            .write(true)
+            .open(backing.join("f"))
+            .unwrap();
+        w.write_all_at(&[2u8; 10_000], 0).unwrap();
+        drop(w);
+        std::thread::sleep(Duration::from_millis(450));
+        assert_eq!(std::fs::read(mnt.join("f")).unwrap(), vec![2u8; 10_000]);
+        stats_of(&mnt)
+    });
+    assert_eq!(stat_u64(&stats, &["opens"]), 0, "{stats}");
+    assert!(stat_u64(&stats, &["implicit_files"]) >= 2, "{stats}");
 }

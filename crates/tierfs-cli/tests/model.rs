@@ -1621,6 +1621,49 @@ fn model_4k_blocks_ttl0() {
     );
 }
 
+/// Without close-to-open (`meta.cto=off`): FUSE no-open, so the kernel opens and closes
+/// files without telling us and every read and write names handle 0 (the inode's implicit
+/// reader or writer); O_TRUNC arrives as a SETATTR.
+#[test]
+fn model_no_open() {
+    model(
+        "no-open",
+        &["ram.block_size=4K", "ram.max=8M", "meta.cto=off"],
+        4096,
+        400,
+    );
+}
+
+/// Write-back (`writeback.mode=back`): writes acknowledged from RAM and the journal, read
+/// back over the dirty data, flushed by the flushers; every namespace operation after the
+/// data it concerns.
+#[test]
+fn model_writeback() {
+    model(
+        "writeback",
+        &["ram.block_size=4K", "ram.max=8M", "writeback.mode=back"],
+        4096,
+        600,
+    );
+}
+
+/// Write-back with a tiny dirty limit: writers wait for the flushers all the time.
+#[test]
+fn model_writeback_tiny_dirty() {
+    model(
+        "writeback-tiny",
+        &[
+            "ram.block_size=8K",
+            "ram.max=64K",
+            "writeback.mode=back",
+            "writeback.dirty_hard=4M",
+            "writeback.chunk=8K",
+        ],
+        8192,
+        300,
+    );
+}
+
 /// Default (256 KiB) blocks: files mostly within one block, partial last blocks.
 #[test]
 fn model_default_blocks() {

@@ -8,8 +8,8 @@
 //!    fsync the directory) survives `kill -9`: after replay the directory shows a state the
 //!    application could have observed.
 //!
-//! Every test runs once per mode in [`MODES`]: "through" (today's daemon, no extra option)
-//! and, once it exists, "back" (`-o writeback.mode=back`). In write-through mode a `kill -9`
+//! Every test runs once per mode in [`MODES`]: "through" (the default, no extra option) and
+//! "back" (`-o writeback.mode=back`). In write-through mode a `kill -9`
 //! loses nothing (every write is in the backing store's page cache when it is acknowledged),
 //! so there these tests check the verifiers against the strongest case; in write-back mode
 //! acknowledged data lives in the SSD journal until the flushers write it, and the remount
@@ -27,7 +27,7 @@
 //! `TIERFS_WB_INJECT_LOSS=1` makes each test destroy acknowledged data in BACKING behind the
 //! daemon's back at the point where a broken daemon would lose it (after the kill, or after
 //! the unmount): every test must then fail. That is how the tests were shown able to fail
-//! against today's daemon, which loses nothing; `verifiers_reject_lost_data` checks the same
+//! against a daemon that loses nothing; `verifiers_reject_lost_data` checks the same
 //! of the verifiers alone, without a mount.
 
 mod common;
@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The write modes every test runs in. "through" passes no option; any other mode X passes
-/// `-o writeback.mode=X` ("back" joins the list when write-back exists).
-const MODES: &[&str] = &["through"];
+/// `-o writeback.mode=X`.
+const MODES: &[&str] = &["through", "back"];
 
 /// Temporary data lives on a real disk (the SSD tier wants O_DIRECT; /tmp may be a tmpfs).
 const TMP: &str = "/var/tmp";

@@ -37,3 +37,13 @@ impl Default for FsConfig {
         }
     }
 }
+
+impl FsConfig {
+    /// Whether the kernel is told that opening a file needs no reply (FUSE no-open): then
+    /// open(2) and close(2) of a file cost no round trip. Only without close-to-open
+    /// (`meta.cto=off`): an open is where close-to-open revalidates. The file's data is then
+    /// revalidated by attribute age (`meta.ttl`) like everything else.
+    pub fn no_open(&self) -> bool {
+        !self.meta_cto
+    }
+}

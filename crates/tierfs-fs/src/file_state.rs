@@ -1,7 +1,7 @@
 //! Per-backing-file cache state: which version of the contents the cached blocks belong to.
 
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, Fingerprint};
 
@@ -56,6 +56,20 @@ pub struct FileState {
     /// of a write, and a fetch never inserts blocks older than a write that finished first.
     pub rw: RwLock<()>,
     inner: Mutex<Inner>,
+    /// Write-back: data written and not yet on the backing store (None when clean).
+    pub dirty: Mutex<Option<crate::writeback::Dirty>>,
+    /// `dirty` is Some: lets reads and attributes skip its lock when clean.
+    pub has_dirty: AtomicBool,
+    /// Bumped whenever flushed bytes leave `dirty` (see `Fs::read_over_dirty`).
+    pub flush_gen: AtomicU64,
+    /// A flusher holds the file (one at a time per file).
+    pub flushing: AtomicBool,
+    /// A failed flush is retried no earlier than this (`now_ms`), after `backoff_ms`.
+    pub retry_at_ms: AtomicU64,
+    pub backoff_ms: AtomicU64,
+    /// Created by us in write-back mode: its directory is synced before the journal lets
+    /// go of its data.
+    pub created: AtomicBool,
 }
 
 /// What [`FileState::observe`] found.
@@ -72,6 +86,13 @@ impl FileState {
             backing_dev: attr.dev,
             backing_ino: attr.ino,
             rw: RwLock::new(()),
+            dirty: Mutex::new(None),
+            has_dirty: AtomicBool::new(false),
+            flush_gen: AtomicU64::new(0),
+            flushing: AtomicBool::new(false),
+            retry_at_ms: AtomicU64::new(0),
+            backoff_ms: AtomicU64::new(0),
+            created: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 v: Version {
                     fp: attr.fingerprint(),

@@ -70,6 +70,28 @@ pub(crate) struct OpenFile<S: Store> {
     pub seq_fetch: Mutex<()>,
 }
 
+impl<S: Store> OpenFile<S> {
+    fn new(
+        inode: Arc<Inode<St<S>>>,
+        handle: Option<S::Handle>,
+        flags: i32,
+        state: Arc<FileState>,
+    ) -> Self {
+        OpenFile {
+            handle: match handle {
+                Some(h) => OnceLock::from(h),
+                None => OnceLock::new(),
+            },
+            flags,
+            opening: Mutex::new(()),
+            inode,
+            state,
+            ra: Mutex::new(ReadAhead::default()),
+            seq_fetch: Mutex::new(()),
+        }
+    }
+}
+
 struct DirHandle {
     entries: Vec<DirEntryOut>,
 }
@@ -81,6 +103,13 @@ pub struct Fs<S: Store> {
     pub(crate) cache: RamCache,
     pub(crate) flights: SingleFlight<BlockKey, FetchResult>,
     pub(crate) files: DashMap<u64, Arc<OpenFile<S>>>,
+    /// Files the kernel reads and writes without having opened them (FUSE no-open, see
+    /// [`Fs::file_for`]): one reader and one writer per inode, keyed (inode, is writer).
+    implicit: DashMap<(u64, bool), Arc<OpenFile<S>>>,
+    /// Write-back machinery, with `writeback.mode=back` (see [`Fs::start_writeback`]).
+    pub(crate) wb: OnceLock<crate::writeback::Writeback<S>>,
+    /// Insertion order of `implicit`, to bound it (and the backing descriptors it holds).
+    implicit_order: Mutex<std::collections::VecDeque<(u64, bool)>>,
     dirs: DashMap<u64, Arc<DirHandle>>,
     next_fh: AtomicU64,
     pub(crate) stats: FsStats,
@@ -96,6 +125,12 @@ pub struct Fs<S: Store> {
 
 /// How long the kernel may take to retry an open answered ESTALE.
 const ESTALE_RETRY_MS: u64 = 1000;
+
+/// At most this many implicit files (see [`Fs::file_for`]) are kept; each may hold a backing
+/// descriptor, and the kernel may know a million inodes, against a descriptor limit of tens
+/// of thousands. The oldest is dropped first; it is rebuilt (and its backing file reopened)
+/// on its next use.
+const IMPLICIT_MAX: usize = 1024;
 
 impl<S: Store> Fs<S> {
     pub fn new(store: S, cfg: FsConfig) -> Result<Arc<Fs<S>>> {
@@ -114,6 +149,9 @@ impl<S: Store> Fs<S> {
             cache: RamCache::new(cfg.ram_max),
             flights: SingleFlight::new(Err(crate::read::FetchError::Errno(Errno::EIO))),
             files: DashMap::new(),
+            implicit: DashMap::new(),
+            implicit_order: Mutex::new(Default::default()),
+            wb: OnceLock::new(),
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),
@@ -151,6 +189,52 @@ impl<S: Store> Fs<S> {
         self.files.get(&fh).map(|f| f.clone()).ok_or(Errno::EBADF)
     }
 
+    /// The open file a request names: handle `fh`, or, for `fh` 0, the inode's implicit
+    /// reader or writer. Handle 0 is what the kernel sends for a file it opened without
+    /// asking us (FUSE no-open, answered with ENOSYS, see [`FsConfig::no_open`]): open(2) and
+    /// close(2) then cost no round trip, which is two of the three requests a `grep -r` over
+    /// small files makes per file. Real handles are numbered from 1.
+    pub(crate) fn file_for(&self, ino: u64, fh: u64, write: bool) -> Result<Arc<OpenFile<S>>> {
+        if fh != 0 {
+            return self.open_file(fh);
+        }
+        let i = self.inode(ino)?;
+        if let Some(f) = self.implicit.get(&(ino, write)) {
+            // The same inode object: a forgotten and re-learnt inode has a new state.
+            if Arc::ptr_eq(&f.inode, &i) {
+                return Ok(f.clone());
+            }
+        }
+        let state = i.file.clone().ok_or(Errno::EISDIR)?;
+        // A separate writer: opening the backing file for writing just to read it would fail
+        // on a running executable (ETXTBSY) or a read-only backing store.
+        let flags = if write {
+            libc::O_WRONLY
+        } else {
+            libc::O_RDONLY
+        };
+        let of = Arc::new(OpenFile::new(i, None, flags, state));
+        FsStats::add(&self.stats.implicit_files, 1);
+        self.implicit.insert((ino, write), of.clone());
+        let mut order = self.implicit_order.lock();
+        order.push_back((ino, write));
+        while order.len() > IMPLICIT_MAX {
+            if let Some(k) = order.pop_front() {
+                // A reader still holding it finishes with it; the next request rebuilds it.
+                self.implicit.remove_if(&k, |_, f| !Arc::ptr_eq(f, &of));
+            }
+        }
+        Ok(of)
+    }
+
+    /// The implicit files of `ino` that exist (see [`Fs::file_for`]).
+    fn implicit_files(&self, ino: u64) -> Vec<Arc<OpenFile<S>>> {
+        [false, true]
+            .iter()
+            .filter_map(|w| self.implicit.get(&(ino, *w)).map(|f| f.clone()))
+            .collect()
+    }
+
     fn owner(&self, req: Requester) -> Owner {
         self.as_root.then_some((req.uid, req.gid))
     }
@@ -166,6 +250,7 @@ impl<S: Store> Fs<S> {
         self.meta.put_attr(&attr, Instant::now());
         let inode = self.inodes.remember(parent.clone(), name, node, &attr);
         attr.ino = inode.ino;
+        self.overlay_attr(&inode, &mut attr);
         Entry {
             ino: inode.ino,
             attr,
@@ -175,6 +260,7 @@ impl<S: Store> Fs<S> {
 
     pub(crate) fn with_ino(&self, inode: &Inode<St<S>>, mut attr: Attr) -> Attr {
         attr.ino = inode.ino;
+        self.overlay_attr(inode, &mut attr);
         attr
     }
 
@@ -276,6 +362,7 @@ impl<S: Store> Fs<S> {
         FsStats::add(&self.stats.meta_hits, 1);
         let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
         attr.ino = inode.ino;
+        self.overlay_attr(&inode, &mut attr);
         Some(Ok(Entry {
             ino: inode.ino,
             attr,
@@ -400,6 +487,10 @@ impl<S: Store> Fs<S> {
 
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
+        if self.inodes.get(ino).is_none() {
+            self.implicit.remove(&(ino, false));
+            self.implicit.remove(&(ino, true));
+        }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
@@ -423,6 +514,10 @@ impl<S: Store> Fs<S> {
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
         let i = self.inode(ino)?;
+        if set.size.is_some() || set.mtime.is_some() {
+            // Write-back: the dirty data first, so truncate and times apply after it.
+            self.settle_file(&i)?;
+        }
         let of = match fh {
             Some(fh) => self.files.get(&fh).map(|f| f.clone()),
             None => None,
@@ -538,6 +633,7 @@ impl<S: Store> Fs<S> {
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
         let i = self.inode(ino)?;
+        self.settle_file(&i)?;
         let np = self.inode(newparent)?;
         let node = self.node(&i)?;
         let attr = self.store.link(&node, &self.node(&np)?, newname)?;
@@ -549,6 +645,7 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.settle_name(parent, name)?;
         let p = self.inode(parent)?;
         let pnode = self.node(&p)?;
         let victim = self.resolve_victim(&p, name, true);
@@ -628,6 +725,9 @@ impl<S: Store> Fs<S> {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        // Write-back: a file's data reaches the backing store before its new name does.
+        self.settle_name(parent, name)?;
+        self.settle_name(newparent, newname)?;
         let p = self.inode(parent)?;
         let np = self.inode(newparent)?;
         let (pnode, npnode) = (self.node(&p)?, self.node(&np)?);
@@ -693,21 +793,8 @@ impl<S: Store> Fs<S> {
     ) -> Result<u64> {
         let state = inode.file.clone().ok_or(Errno::EINVAL)?;
         let fh = self.next_fh.fetch_add(1, Relaxed);
-        self.files.insert(
-            fh,
-            Arc::new(OpenFile {
-                handle: match handle {
-                    Some(h) => OnceLock::from(h),
-                    None => OnceLock::new(),
-                },
-                flags,
-                opening: Mutex::new(()),
-                inode,
-                state,
-                ra: Mutex::new(ReadAhead::default()),
-                seq_fetch: Mutex::new(()),
-            }),
-        );
+        self.files
+            .insert(fh, Arc::new(OpenFile::new(inode, handle, flags, state)));
         Ok(fh)
     }
 
@@ -728,6 +815,7 @@ impl<S: Store> Fs<S> {
             return None;
         }
         FsStats::add(&self.stats.lazy_opens, 1);
+        FsStats::add(&self.stats.opens, 1);
         let keep_cache = st.opened_trusted();
         let fh = self.add_open_file(i, None, flags).ok()?;
         Some(OpenReply {
@@ -742,10 +830,13 @@ impl<S: Store> Fs<S> {
         if let Some(o) = self.open_fast(ino, flags) {
             return Ok(o);
         }
+        FsStats::add(&self.stats.opens, 1);
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
         let node = self.node(&i)?;
         let handle = if flags & libc::O_TRUNC != 0 {
+            // Write-back: the dirty data first, or its flush would land after the truncate.
+            self.settle_file(&i)?;
             // Never truncate a replaced file that others may still be reading.
             self.check_not_replaced(&i, self.store.getattr(&node)?.nlink, pid)?;
             let _w = st.rw.write();
@@ -820,6 +911,10 @@ impl<S: Store> Fs<S> {
         flags: i32,
         req: Requester,
     ) -> Result<(Entry, OpenReply)> {
+        if flags & libc::O_TRUNC != 0 {
+            // An existing file is truncated: its dirty data first (see `open_by`).
+            self.settle_name(parent, name)?;
+        }
         let p = self.inode(parent)?;
         let (node, attr, handle) =
             self.store
@@ -830,6 +925,9 @@ impl<S: Store> Fs<S> {
         if let Some(st) = &inode.file {
             st.invalidate(Some(&attr));
             st.opened(&attr);
+            if self.wb().is_some() {
+                st.created.store(true, std::sync::atomic::Ordering::Release);
+            }
         }
         let fh = self.add_open_file(inode, Some(handle), flags)?;
         Ok((
@@ -846,13 +944,22 @@ impl<S: Store> Fs<S> {
         self.files.remove(&fh);
     }
 
-    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
-        let of = self.open_file(fh)?;
-        match of.handle.get() {
-            Some(h) => self.store.fsync(h, datasync),
-            // Never opened in the backing store: nothing of ours to make durable.
-            None => Ok(()),
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
+        if let Some(wb) = self.wb() {
+            self.fsync_back(wb, &self.inode(ino)?)?;
         }
+        let files = if fh == 0 {
+            self.implicit_files(ino)
+        } else {
+            vec![self.open_file(fh)?]
+        };
+        for of in files {
+            if let Some(h) = of.handle.get() {
+                self.store.fsync(h, datasync)?;
+            }
+            // Never opened in the backing store: nothing of ours to make durable.
+        }
+        Ok(())
     }
 
     /// The open file's backing handle, opened now if the open was served from the metadata
@@ -875,8 +982,9 @@ impl<S: Store> Fs<S> {
         of.handle.get().ok_or(Errno::EIO)
     }
 
-    pub fn fallocate(&self, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
-        let of = self.open_file(fh)?;
+    pub fn fallocate(&self, ino: u64, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        let of = self.file_for(ino, fh, true)?;
+        self.settle_file(&of.inode)?;
         let h = self.handle(&of)?;
         let _w = of.state.rw.write();
         let r = self.store.fallocate(h, mode, offset, len);
@@ -886,8 +994,10 @@ impl<S: Store> Fs<S> {
         r
     }
 
-    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
-        let of = self.open_file(fh)?;
+    pub fn lseek(&self, ino: u64, fh: u64, offset: i64, whence: i32) -> Result<i64> {
+        let of = self.file_for(ino, fh, false)?;
+        // SEEK_DATA/SEEK_HOLE ask the backing file where its data is: it must hold it all.
+        self.settle_file(&of.inode)?;
         self.store.lseek(self.handle(&of)?, offset, whence)
     }
 
@@ -1052,6 +1162,9 @@ impl<S: Store> Fs<S> {
             ssd: self.ssd.as_ref().map(|s| s.stats()),
             meta_listings: FsStats::get(&s.meta_listings),
             lazy_opens: FsStats::get(&s.lazy_opens),
+            opens: FsStats::get(&s.opens),
+            implicit_files: FsStats::get(&s.implicit_files),
+            writeback: self.wb().map(|wb| wb.stats()),
             meta_attrs: self.meta.counts().0,
             meta_dirs: self.meta.counts().1,
             meta_links: self.meta.counts().2,

@@ -14,6 +14,7 @@ mod pool;
 mod read;
 mod stats;
 mod write;
+mod writeback;
 
 pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};
@@ -25,6 +26,7 @@ pub use tierfs_cache::{SsdCache, SsdConfig, SsdError, SsdIdentity, SsdStats};
 pub use tierfs_store::{
     Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
 };
+pub use writeback::{CloseMode, FsyncMode, ReserveStats, WbConfig, WbMode, WbStats};
 
 /// Inode number of the root directory, as FUSE requires.
 pub const ROOT_INO: u64 = 1;

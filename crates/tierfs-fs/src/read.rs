@@ -134,6 +134,7 @@ impl<S: Store> Fs<S> {
     /// faults that halved warm read throughput.
     pub fn read_cached_with(
         self: &Arc<Self>,
+        ino: u64,
         fh: u64,
         offset: u64,
         size: u32,
@@ -142,10 +143,15 @@ impl<S: Store> Fs<S> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let Some(of) = self.files.get(&fh).map(|f| f.clone()) else {
+        let Ok(of) = self.file_for(ino, fh, false) else {
             return false;
         };
-        if of.state.expired(self.cfg.meta_ttl) {
+        if of.state.expired(self.cfg.meta_ttl)
+            || of
+                .state
+                .has_dirty
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
             return false;
         }
         let Some(guard) = of.state.rw.try_read() else {
@@ -214,8 +220,26 @@ impl<S: Store> Fs<S> {
     }
 
     /// The full read path; may block on the backing store.
-    pub fn read(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
-        let of = self.open_file(fh)?;
+    pub fn read(self: &Arc<Self>, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let of = self.file_for(ino, fh, false)?;
+        if of
+            .state
+            .has_dirty
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return self.read_over_dirty(&of, offset, size);
+        }
+        self.read_base(&of, offset, size)
+    }
+
+    /// What the tiers and the backing store hold (no dirty data of write-back).
+    pub(crate) fn read_base(
+        self: &Arc<Self>,
+        of: &Arc<OpenFile<S>>,
+        offset: u64,
+        size: u32,
+    ) -> Result<Bytes> {
+        let of = of.clone();
         if of.state.expired(self.cfg.meta_ttl) {
             let attr = self.store.fstat(self.handle(&of)?)?;
             self.observe(&of.state, &attr);

@@ -33,6 +33,11 @@ pub struct FsStats {
     pub meta_listings: AtomicU64,
     /// Opens answered without the backing store (`meta.cto=off`).
     pub lazy_opens: AtomicU64,
+    /// Opens the kernel asked us for (none after the first with FUSE no-open).
+    pub opens: AtomicU64,
+    /// Implicit per-inode files made for reads and writes of files the kernel opened
+    /// without asking (FUSE no-open, `meta.cto=off`).
+    pub implicit_files: AtomicU64,
 }
 
 /// Everything `tierfs stats` shows, as one serializable snapshot.
@@ -61,6 +66,11 @@ pub struct StatsSnapshot {
     pub ssd: Option<tierfs_cache::SsdStats>,
     pub meta_listings: u64,
     pub lazy_opens: u64,
+    pub opens: u64,
+    pub implicit_files: u64,
+    /// Write-back counters; absent in write-through mode.
+    #[serde(default)]
+    pub writeback: Option<crate::writeback::WbStats>,
     pub meta_attrs: u64,
     pub meta_dirs: u64,
     pub meta_links: u64,

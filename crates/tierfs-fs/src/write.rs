@@ -2,19 +2,32 @@
 //! fingerprint, under the file's exclusive lock, so a concurrent reader sees all of a write
 //! or none of it.
 
-use crate::fs::Fs;
+use crate::fs::{Fs, OpenFile};
 use crate::stats::FsStats;
 use bytes::Bytes;
 use tierfs_cache::BlockKey;
 use tierfs_store::{Result, Store};
 
 impl<S: Store> Fs<S> {
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        let of = self.open_file(fh)?;
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let of = self.file_for(ino, fh, true)?;
         if data.is_empty() {
             return Ok(0);
         }
-        let handle = self.handle(&of)?;
+        match self.wb() {
+            Some(wb) => {
+                let n = self.write_back(wb, &of, offset, data)?;
+                FsStats::add(&self.stats.write_requests, 1);
+                FsStats::add(&self.stats.write_bytes, n as u64);
+                Ok(n)
+            }
+            None => self.write_through(&of, offset, data),
+        }
+    }
+
+    /// A write in write-through mode (or of a file write-back cannot journal).
+    pub(crate) fn write_through(&self, of: &OpenFile<S>, offset: u64, data: &[u8]) -> Result<u32> {
+        let handle = self.handle(of)?;
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
         // would mix versions.
@@ -51,7 +64,15 @@ impl<S: Store> Fs<S> {
     /// Applies a write that landed at `at` to the cached blocks of generation `gen`: cached
     /// blocks are patched (and zero-extended where the file grew), blocks the write covers
     /// whole are inserted, others are left to be fetched.
-    fn patch_blocks(&self, ino: u64, gen: u64, old_size: u64, at: u64, data: &[u8], new_size: u64) {
+    pub(crate) fn patch_blocks(
+        &self,
+        ino: u64,
+        gen: u64,
+        old_size: u64,
+        at: u64,
+        data: &[u8],
+        new_size: u64,
+    ) {
         let bs = self.cfg.block_size;
         let end = at + data.len() as u64;
         let mut idxs: Vec<u64> = (at / bs..=(end - 1) / bs).collect();

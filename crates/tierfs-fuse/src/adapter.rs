@@ -176,12 +176,16 @@ impl<S: Store> Filesystem for Adapter<S> {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
         ] {
             let _ = config.add_capabilities(cap);
+        }
+        // O_TRUNC in the OPEN request itself. Not with no-open: there is no OPEN to carry
+        // it, so the kernel must send the truncation as a SETATTR before the open.
+        if !self.fs.config().no_open() {
+            let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
@@ -355,6 +359,12 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.fs.config().no_open() {
+            // FUSE no-open: ENOSYS means success to the kernel, for this open and every
+            // later one of this session; reads and writes then name handle 0, which the
+            // core maps to the inode's implicit files, and no RELEASE is sent.
+            return reply.error(Errno::ENOSYS);
+        }
         if let Some(o) = self.fs.open_fast(ino.0, flags.0) {
             return reply.opened(FileHandle(o.fh), open_flags(o.keep_cache));
         }
@@ -380,7 +390,7 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -390,7 +400,7 @@ impl<S: Store> Filesystem for Adapter<S> {
     ) {
         // RAM-tier hits are answered right here, without a thread hand-off.
         let mut reply = Some(reply);
-        if self.fs.read_cached_with(fh.0, offset, size, |d| {
+        if self.fs.read_cached_with(ino.0, fh.0, offset, size, |d| {
             if let Some(r) = reply.take() {
                 r.data(d)
             }
@@ -398,7 +408,7 @@ impl<S: Store> Filesystem for Adapter<S> {
             return;
         }
         let Some(reply) = reply else { return };
-        self.spawn(move |fs, _, _| match fs.read(fh.0, offset, size) {
+        self.spawn(move |fs, _, _| match fs.read(ino.0, fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
         });
@@ -407,7 +417,7 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -417,7 +427,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(move |fs, _, _| match fs.write(fh.0, offset, &data) {
+        self.spawn(move |fs, _, _| match fs.write(ino.0, fh.0, offset, &data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         });
@@ -426,11 +436,16 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.fs.writeback_enabled() {
+            // Write-back: close reports a flush error not yet reported, and with
+            // writeback.close=flush waits for the file's data to reach the backing store.
+            return self.spawn(move |fs, _, _| Self::empty(reply, fs.flush(ino.0)));
+        }
         // Write-through: every write is already in the backing store when it is acknowledged,
         // so close has nothing to flush. ENOSYS tells the kernel to stop sending FLUSH for
         // the rest of the session: one request less per close(2), which is a quarter of the
@@ -455,12 +470,12 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |fs, _, _| Self::empty(reply, fs.fsync(fh.0, datasync)));
+        self.spawn(move |fs, _, _| Self::empty(reply, fs.fsync(ino.0, fh.0, datasync)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -612,28 +627,32 @@ impl<S: Store> Filesystem for Adapter<S> {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |fs, _, _| Self::empty(reply, fs.fallocate(fh.0, mode, offset, length)));
+        self.spawn(move |fs, _, _| {
+            Self::empty(reply, fs.fallocate(ino.0, fh.0, mode, offset, length))
+        });
     }
 
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.spawn(move |fs, _, _| match fs.lseek(fh.0, offset, whence) {
-            Ok(o) => reply.offset(o),
-            Err(e) => reply.error(errno(e)),
-        });
+        self.spawn(
+            move |fs, _, _| match fs.lseek(ino.0, fh.0, offset, whence) {
+                Ok(o) => reply.offset(o),
+                Err(e) => reply.error(errno(e)),
+            },
+        );
     }
 }

@@ -1,0 +1,382 @@
+//! Flushers (sorted, coalesced, in flush groups, synced before anything is marked clean),
+//! fsync and close in write-back mode, ordering of namespace operations after the data they
+//! concern, and the drain at unmount.
+
+use super::Writeback;
+use crate::fs::{Fs, St};
+use crate::inode::{now_ms, Inode};
+use std::ffi::OsStr;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tierfs_store::{Errno, FileKind, Result, SetAttr, Store, TimeSpec, TimeUpdate};
+
+impl<S: Store> Fs<S> {
+    /// One flusher thread: takes the next dirty file in (device, inode) order after the
+    /// last one taken (an elevator over the files) and flushes one group of it.
+    pub(crate) fn flusher_loop(fs: Weak<Fs<S>>) {
+        loop {
+            let Some(fs) = fs.upgrade() else { return };
+            let Some(wb) = fs.wb() else { return };
+            match fs.pick_dirty(wb) {
+                Some(i) => {
+                    let r = fs.flush_group(wb, &i, wb.cfg.group);
+                    fs.unclaim(wb, &i, r.is_err());
+                }
+                None => {
+                    if wb.stop.load(Acquire) {
+                        return;
+                    }
+                    let mut g = wb.wake_lock.lock();
+                    if wb.files.lock().is_empty() || !fs.any_ready(wb) {
+                        wb.wake.wait_for(&mut g, Duration::from_millis(200));
+                    }
+                }
+            }
+        }
+    }
+
+    fn any_ready(&self, wb: &Writeback<S>) -> bool {
+        let now = now_ms();
+        wb.files.lock().values().any(|i| {
+            i.file
+                .as_ref()
+                .is_some_and(|st| !st.flushing.load(Acquire) && st.retry_at_ms.load(Relaxed) <= now)
+        })
+    }
+
+    /// Claims the next dirty file for flushing (none is flushed by two threads at once).
+    fn pick_dirty(&self, wb: &Writeback<S>) -> Option<Arc<Inode<St<S>>>> {
+        let now = now_ms();
+        let files = wb.files.lock();
+        let mut cursor = wb.cursor.lock();
+        let start = *cursor;
+        let ordered = files.range(start..).chain(files.range(..start));
+        for (k, i) in ordered {
+            let Some(st) = &i.file else { continue };
+            if st.retry_at_ms.load(Relaxed) > now {
+                continue;
+            }
+            if st
+                .flushing
+                .compare_exchange(false, true, AcqRel, Acquire)
+                .is_ok()
+            {
+                *cursor = (k.0, k.1.wrapping_add(1));
+                return Some(i.clone());
+            }
+        }
+        None
+    }
+
+    /// Gives a claimed file back; a failed flush waits (exponential backoff) before the
+    /// next try, so a vanished directory or a failing disk is not hammered.
+    fn unclaim(&self, wb: &Writeback<S>, i: &Inode<St<S>>, failed: bool) {
+        if let Some(st) = &i.file {
+            if failed {
+                let b = st.backoff_ms.load(Relaxed);
+                let b = (b * 2).clamp(100, wb.cfg.retry_max.as_millis() as u64);
+                st.backoff_ms.store(b, Relaxed);
+                st.retry_at_ms.store(now_ms() + b, Relaxed);
+            } else {
+                st.backoff_ms.store(0, Relaxed);
+                st.retry_at_ms.store(0, Relaxed);
+            }
+            st.flushing.store(false, Release);
+        }
+        wb.notify();
+    }
+
+    /// Flushes up to `budget` bytes of one claimed file (u64::MAX: all of it), sorted by
+    /// offset and coalesced into writes of up to `writeback.chunk`; then syncs the file (and
+    /// its directory if we created it) and records in the journal what is now durable.
+    fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<()> {
+        let r = self.flush_group_inner(wb, i, budget);
+        if let Err(e) = r {
+            wb.c.flush_errors.fetch_add(1, Relaxed);
+            if let Some(st) = &i.file {
+                if let Some(d) = st.dirty.lock().as_mut() {
+                    tracing::warn!(
+                        "write-back: flushing {} failed: {e}; kept in the journal, will retry",
+                        String::from_utf8_lossy(&d.path)
+                    );
+                    d.error = Some(e);
+                }
+            }
+        }
+        r
+    }
+
+    fn flush_group_inner(
+        &self,
+        wb: &Writeback<S>,
+        i: &Arc<Inode<St<S>>>,
+        budget: u64,
+    ) -> Result<()> {
+        let Some(st) = i.file.clone() else {
+            return Ok(());
+        };
+        if st.dirty.lock().is_none() {
+            return Ok(());
+        }
+        let node = self.node(i)?;
+        let h = self.store.open(&node, libc::O_WRONLY)?;
+        let chunk = wb.cfg.chunk as usize;
+        let (mut from, mut done) = (0u64, 0u64);
+        loop {
+            let run = match st
+                .dirty
+                .lock()
+                .as_ref()
+                .and_then(|d| d.take_run(from, chunk))
+            {
+                Some(r) => r,
+                None => break,
+            };
+            self.store.write(&h, run.offset, &run.data)?;
+            wb.c.flush_writes.fetch_add(1, Relaxed);
+            let len = run.data.len() as u64;
+            {
+                // Exclusive, briefly. A fetch that overlapped the write saw the fingerprint
+                // move and was discarded (stale); cached blocks of this version are patched
+                // with what was written, as a write-through write does, so data read back
+                // after a flush stays in RAM.
+                let _w = st.rw.write();
+                let v = st.version();
+                let after = self.store.fstat(&h).ok();
+                let end = run.offset + len;
+                match &after {
+                    Some(a) if a.size == v.fp.size.max(end) => {
+                        self.patch_blocks(
+                            st.backing_ino,
+                            v.gen,
+                            v.fp.size,
+                            run.offset,
+                            &run.data,
+                            a.size,
+                        );
+                        st.set_after_own_write(v.gen, a);
+                    }
+                    _ => st.invalidate(after.as_ref()),
+                }
+                if let Some(a) = &after {
+                    self.meta.put_attr(a, Instant::now());
+                }
+                let mut g = st.dirty.lock();
+                if let Some(d) = g.as_mut() {
+                    let n = d.flushed(&run);
+                    let rel = n.min(d.reserved);
+                    d.reserved -= rel;
+                    wb.reserve.release(rel);
+                    wb.c.dirty_bytes.fetch_sub(n, Relaxed);
+                }
+                st.flush_gen.fetch_add(1, AcqRel);
+            }
+            wb.c.flushed_bytes.fetch_add(len, Relaxed);
+            wb.notify();
+            from = run.offset + len;
+            done += len;
+            if done >= budget {
+                break;
+            }
+        }
+        // The application's mtime, not the flush's.
+        let mtime = st.dirty.lock().as_ref().map(|d| d.mtime_ns);
+        if let Some(ns) = mtime.filter(|n| *n > 0) {
+            let set = SetAttr {
+                mtime: Some(TimeUpdate::Set(TimeSpec {
+                    sec: ns.div_euclid(1_000_000_000),
+                    nsec: ns.rem_euclid(1_000_000_000) as u32,
+                })),
+                ..Default::default()
+            };
+            let _w = st.rw.write();
+            if let Ok(a) = self.store.setattr(&node, Some(&h), &set) {
+                self.meta.put_attr(&a, Instant::now());
+                // Times only, set by us: the cached blocks stay.
+                st.set_after_own_write(st.version().gen, &a);
+            }
+        }
+        self.store.fsync(&h, false)?;
+        wb.c.flush_syncs.fetch_add(1, Relaxed);
+        if st.created.swap(false, AcqRel) {
+            // Its name must be as durable as its data before the journal lets go of it.
+            let parent = i.origin.lock().clone();
+            if let Some((p, _)) = parent {
+                if let Err(e) = self.store.fsyncdir(&self.node(&p)?, false) {
+                    st.created.store(true, Release);
+                    return Err(e);
+                }
+            }
+        }
+        let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
+        if let Some(upto) = upto {
+            wb.journal
+                .done(st.backing_dev, st.backing_ino, upto)
+                .map_err(|e| {
+                    tracing::error!("write-back journal: {e}");
+                    Errno::EIO
+                })?;
+        }
+        if let Some(d) = st.dirty.lock().as_mut() {
+            d.error = None;
+        }
+        self.settle_clean(wb, i);
+        Ok(())
+    }
+
+    /// Flushes all of one file now (fsync, close with `writeback.close=flush`, before a
+    /// namespace operation on it), waiting for a flusher that holds it.
+    pub(crate) fn flush_file_now(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>) -> Result<()> {
+        let Some(st) = &i.file else { return Ok(()) };
+        if !st.has_dirty.load(Acquire) {
+            return Ok(());
+        }
+        loop {
+            if st
+                .flushing
+                .compare_exchange(false, true, AcqRel, Acquire)
+                .is_ok()
+            {
+                break;
+            }
+            let mut g = wb.wake_lock.lock();
+            wb.wake.wait_for(&mut g, Duration::from_millis(20));
+        }
+        let r = self.flush_group(wb, i, u64::MAX);
+        self.unclaim(wb, i, false);
+        r
+    }
+
+    /// Flushes every dirty file (a directory rename, unmount).
+    pub(crate) fn flush_all(&self, wb: &Writeback<S>) -> Result<()> {
+        let files: Vec<_> = wb.files.lock().values().cloned().collect();
+        let mut first_err = Ok(());
+        for i in files {
+            if let Err(e) = self.flush_file_now(wb, &i) {
+                if first_err.is_ok() {
+                    first_err = Err(e);
+                }
+            }
+        }
+        first_err
+    }
+
+    /// fsync/fdatasync in write-back mode: the file's data durable on the backing store
+    /// (`writeback.fsync=backing`) or in the journal (`journal`); then a flush error not yet
+    /// reported is reported.
+    pub(crate) fn fsync_back(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>) -> Result<()> {
+        let Some(st) = &i.file else { return Ok(()) };
+        match wb.cfg.fsync {
+            super::FsyncMode::Backing => self.flush_file_now(wb, i)?,
+            super::FsyncMode::Journal => {
+                let seq = st.dirty.lock().as_ref().map(|d| d.max_seq);
+                if let Some(seq) = seq {
+                    wb.journal.sync(seq).map_err(|e| {
+                        tracing::error!("write-back journal: {e}");
+                        Errno::EIO
+                    })?;
+                }
+            }
+        }
+        self.take_flush_error(i)
+    }
+
+    /// A flush error of this file not yet reported to the application, taken.
+    pub(crate) fn take_flush_error(&self, i: &Inode<St<S>>) -> Result<()> {
+        let Some(st) = &i.file else { return Ok(()) };
+        match st.dirty.lock().as_mut().and_then(|d| d.error.take()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this mount writes back (`writeback.mode=back`).
+    pub fn writeback_enabled(&self) -> bool {
+        self.wb().is_some()
+    }
+
+    /// close(2) in write-back mode (FUSE FLUSH).
+    pub fn flush(&self, ino: u64) -> Result<()> {
+        let Some(wb) = self.wb() else { return Ok(()) };
+        let i = self.inode(ino)?;
+        if wb.cfg.close == super::CloseMode::Flush {
+            self.flush_file_now(wb, &i)?;
+        }
+        self.take_flush_error(&i)
+    }
+
+    /// Before a namespace operation on `parent/name` (rename, unlink, link): its data first.
+    /// A rename of a file never reaches the backing store before that file's data, and the
+    /// journal's paths stay true. A directory moves every dirty file under it: all are
+    /// flushed (directory renames are rare; tracking which files lie below is not worth it).
+    pub(crate) fn settle_name(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let Some(wb) = self.wb() else { return Ok(()) };
+        if wb.files.lock().is_empty() {
+            return Ok(());
+        }
+        let p = self.inode(parent)?;
+        let Ok((_, attr)) = self.store.lookup(&self.node(&p)?, name) else {
+            return Ok(());
+        };
+        if attr.kind == FileKind::Dir {
+            return self.flush_all(wb);
+        }
+        let i = wb.files.lock().get(&(attr.dev, attr.ino)).cloned();
+        match i {
+            Some(i) => self.flush_file_now(wb, &i),
+            None => Ok(()),
+        }
+    }
+
+    /// Before a truncate or fallocate of `i`: its dirty data goes first, so the backing
+    /// store applies them in the order the application made them.
+    pub(crate) fn settle_file(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
+        match self.wb() {
+            Some(wb) => self.flush_file_now(wb, i),
+            None => Ok(()),
+        }
+    }
+
+    /// Unmount (or SIGTERM): drains every dirty byte to the backing store, with a progress
+    /// line, then stops the flushers and closes the journal.
+    pub fn shutdown_writeback(&self) {
+        let Some(wb) = self.wb() else { return };
+        let bytes = wb.dirty_bytes();
+        let t = Instant::now();
+        if bytes > 0 {
+            tracing::info!(
+                "write-back: draining {} dirty bytes in {} files to the backing store",
+                bytes,
+                wb.files.lock().len()
+            );
+            eprintln!(
+                "tierfs: flushing {:.1} MiB of written data to the backing store...",
+                bytes as f64 / 1048576.0
+            );
+        }
+        for attempt in 0..3 {
+            match self.flush_all(wb) {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::error!("write-back drain, attempt {}: {e}", attempt + 1);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        wb.c.drained_bytes.fetch_add(bytes, Relaxed);
+        let left = wb.dirty_bytes();
+        if left > 0 {
+            tracing::error!("write-back: {left} dirty bytes could not be written back; they stay in the journal and are replayed at the next mount");
+            eprintln!("tierfs: {left} bytes could not be written to the backing store; kept in the journal for the next mount");
+        } else if bytes > 0 {
+            eprintln!("tierfs: flushed in {:.1?}", t.elapsed());
+        }
+        wb.stop.store(true, Release);
+        wb.notify();
+        for h in wb.threads.lock().drain(..) {
+            let _ = h.join();
+        }
+        wb.journal.shutdown();
+    }
+}

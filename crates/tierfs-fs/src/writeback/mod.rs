@@ -1,0 +1,103 @@
+//! Write-back (`writeback.mode=back`), after PxFS fastwrite and HAMMER's flusher: a write is
+//! acknowledged once it is in RAM and appended to the journal on the cache device; space on
+//! the backing store is reserved at write(2) time; flushers write dirty data back sorted by
+//! (file, offset) in large coalesced writes, a flush group at a time, and sync it before
+//! anything is marked clean; writers are slowed above `dirty_soft` and wait at `dirty_hard`.
+//! Semantics and formats: docs/writeback.md.
+//!
+//! Files: `dirty` (one file's dirty extents), `reserve` (space reservation), `write` (the
+//! write path, reads and attributes over dirty data, flow control), `flush` (flushers,
+//! fsync, close, namespace ordering, drain), `replay` (the journal at start).
+
+mod config;
+mod dirty;
+mod flush;
+mod replay;
+mod reserve;
+mod stats;
+mod write;
+
+pub use config::{CloseMode, FsyncMode, WbConfig, WbMode};
+pub use dirty::Dirty;
+pub use reserve::ReserveStats;
+pub use stats::WbStats;
+
+use crate::fs::St;
+use crate::inode::Inode;
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use tierfs_cache::journal::Journal;
+use tierfs_store::Store;
+
+/// Dirty files by backing identity (device, inode).
+pub(crate) type DirtyFiles<S> = BTreeMap<(u64, u64), Arc<Inode<St<S>>>>;
+
+/// The write-back machinery of one mount (present only with `writeback.mode=back`).
+pub struct Writeback<S: Store> {
+    pub(crate) cfg: WbConfig,
+    pub(crate) journal: Journal,
+    pub(crate) reserve: reserve::Reservations,
+    pub(crate) c: stats::WbCounters,
+    /// Files with dirty data, by backing identity: the flushers walk it in order (sorted
+    /// flushing). Lock order: a file's `dirty` before this.
+    pub(crate) files: Mutex<DirtyFiles<S>>,
+    /// Where the flushers' elevator stands in `files`.
+    pub(crate) cursor: Mutex<(u64, u64)>,
+    /// Wakes flushers (new dirty data) and throttled writers (data flushed).
+    pub(crate) wake: Condvar,
+    pub(crate) wake_lock: Mutex<()>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl<S: Store> Writeback<S> {
+    pub(crate) fn notify(&self) {
+        let _g = self.wake_lock.lock();
+        self.wake.notify_all();
+    }
+
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        self.c.dirty_bytes.load(Relaxed)
+    }
+}
+
+impl<S: Store> Writeback<S> {
+    pub(crate) fn stats(&self) -> WbStats {
+        let g = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed);
+        let c = &self.c;
+        let oldest = self
+            .files
+            .lock()
+            .values()
+            .filter_map(|i| i.file.as_ref()?.dirty.try_lock()?.as_ref().map(|d| d.since))
+            .min()
+            .map(|t| t.elapsed().as_millis() as u64)
+            .unwrap_or(0);
+        WbStats {
+            mode: "back".into(),
+            dirty_bytes: g(&c.dirty_bytes),
+            dirty_files: g(&c.dirty_files),
+            dirty_soft: self.cfg.dirty_soft,
+            dirty_hard: self.cfg.dirty_hard,
+            oldest_dirty_ms: oldest,
+            written_bytes: g(&c.written_bytes),
+            flushed_bytes: g(&c.flushed_bytes),
+            flush_writes: g(&c.flush_writes),
+            flush_syncs: g(&c.flush_syncs),
+            flush_errors: g(&c.flush_errors),
+            throttled_writes: g(&c.throttled_writes),
+            throttle_ms: g(&c.throttle_ms),
+            hard_waits: g(&c.hard_waits),
+            journal_full_waits: g(&c.journal_full_waits),
+            enospc: g(&c.enospc),
+            replayed_writes: g(&c.replayed_writes),
+            replayed_bytes: g(&c.replayed_bytes),
+            replay_lost_files: g(&c.replay_lost_files),
+            replay_ms: g(&c.replay_ms),
+            reserve: self.reserve.stats(),
+            journal: Some(self.journal.stats()),
+        }
+    }
+}

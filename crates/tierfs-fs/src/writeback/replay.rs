@@ -1,0 +1,194 @@
+//! Start of write-back: the journal is opened and what it holds that is not known to be on
+//! the backing store is written there (and synced) before the mount serves anything.
+
+use super::{stats::WbCounters, WbConfig, Writeback};
+use crate::fs::Fs;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_cache::journal::{Journal, JournalConfig, PendingWrite};
+use tierfs_store::{Errno, Store};
+
+impl<S: Store> Fs<S> {
+    /// Turns write-back on for this mount: opens the journal in `dir`, replays it, starts
+    /// the flushers. Errors are one line for the user.
+    pub fn start_writeback(
+        self: &Arc<Self>,
+        cfg: WbConfig,
+        dir: &Path,
+        reset: bool,
+    ) -> std::result::Result<(), String> {
+        let jcfg = JournalConfig {
+            segment_size: cfg.journal_segment,
+            max_size: cfg.journal_size,
+            ..JournalConfig::default()
+        };
+        let t = Instant::now();
+        let (journal, replay) = Journal::open(dir, self.store.store_id(), jcfg, reset)
+            .map_err(|e| format!("write-back journal: {e}"))?;
+        if let Some((file, off, why)) = &replay.torn_tail {
+            tracing::warn!(
+                "write-back journal: torn tail in {} at {off} ({why}): records after it were never acknowledged as durable",
+                file.display()
+            );
+        }
+        let c = WbCounters::default();
+        if !replay.pending.is_empty() {
+            eprintln!(
+                "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
+                replay.pending.len(),
+                replay.pending_bytes as f64 / 1048576.0
+            );
+            self.replay_pending(&journal, &replay.pending, dir, &c)?;
+        }
+        c.replay_ms.store(t.elapsed().as_millis() as u64, Relaxed);
+        let flushers = cfg.flushers.max(1);
+        let wb = Writeback {
+            // 1 MiB never promised: room for the store's own metadata (extent and indirect
+            // blocks) that allocating the reserved blocks may need.
+            reserve: super::reserve::Reservations::new(cfg.reserve_chunk, 1 << 20),
+            cfg,
+            journal,
+            c,
+            files: Default::default(),
+            cursor: Default::default(),
+            wake: Default::default(),
+            wake_lock: Default::default(),
+            stop: AtomicBool::new(false),
+            threads: Default::default(),
+        };
+        if self.wb.set(wb).is_err() {
+            return Err("write-back started twice".into());
+        }
+        let wb = self.wb().ok_or("write-back missing")?;
+        for n in 0..flushers {
+            let weak = Arc::downgrade(self);
+            let h = std::thread::Builder::new()
+                .name(format!("tierfs-flush{n}"))
+                .spawn(move || Fs::flusher_loop(weak))
+                .map_err(|e| format!("starting flusher threads: {e}"))?;
+            wb.threads.lock().push(h);
+        }
+        Ok(())
+    }
+
+    /// A write-through mount over a cache dir that holds a write-back journal: its pending
+    /// writes go to the backing store first; the journal is then closed, not used.
+    pub fn replay_journal(&self, cfg: WbConfig, dir: &Path) -> std::result::Result<(), String> {
+        let jcfg = JournalConfig {
+            segment_size: cfg.journal_segment,
+            max_size: cfg.journal_size,
+            ..JournalConfig::default()
+        };
+        let (journal, replay) = Journal::open(dir, self.store.store_id(), jcfg, false)
+            .map_err(|e| format!("write-back journal: {e}"))?;
+        if !replay.pending.is_empty() {
+            eprintln!(
+                "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
+                replay.pending.len(),
+                replay.pending_bytes as f64 / 1048576.0
+            );
+            self.replay_pending(&journal, &replay.pending, dir, &WbCounters::default())?;
+        }
+        journal.shutdown();
+        Ok(())
+    }
+
+    /// Writes the journal's pending writes to their files, in order, file by file; syncs
+    /// each file, then records it done. A file that cannot be found under its path, or whose
+    /// path now names another file, gets its data saved under `<dir>/lost/` instead (never
+    /// written into a stranger, never dropped), with an error in the log.
+    fn replay_pending(
+        &self,
+        journal: &Journal,
+        pending: &[PendingWrite],
+        dir: &Path,
+        c: &WbCounters,
+    ) -> std::result::Result<(), String> {
+        let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
+        for p in pending {
+            by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
+        }
+        for ((dev, ino), writes) in by_file {
+            let path = &writes[writes.len() - 1].file.path;
+            let shown = String::from_utf8_lossy(path).into_owned();
+            let target = self.open_by_path(path).and_then(|(node, attr)| {
+                if attr.ino != ino {
+                    return Err(Errno::ESTALE);
+                }
+                self.store.open(&node, libc::O_WRONLY)
+            });
+            let mut upto = 0;
+            match target {
+                Ok(h) => {
+                    for w in &writes {
+                        let data = journal
+                            .read_pending(w)
+                            .map_err(|e| format!("write-back journal: {e}"))?;
+                        self.store.write(&h, w.offset, &data).map_err(|e| {
+                            format!("replaying the write-back journal into {shown}: {e}")
+                        })?;
+                        c.replayed_writes.fetch_add(1, Relaxed);
+                        c.replayed_bytes.fetch_add(data.len() as u64, Relaxed);
+                        upto = upto.max(w.seq);
+                    }
+                    self.store.fsync(&h, false).map_err(|e| {
+                        format!("replaying the write-back journal into {shown}: fsync: {e}")
+                    })?;
+                }
+                Err(e) => {
+                    let lost = dir.join("lost");
+                    std::fs::create_dir_all(&lost)
+                        .map_err(|e| format!("{}: {e}", lost.display()))?;
+                    let f = lost.join(format!("{dev:x}-{ino}"));
+                    tracing::error!(
+                        "write-back replay: {shown} ({e}): {} pending writes saved to {} at their offsets",
+                        writes.len(),
+                        f.display()
+                    );
+                    let out = std::fs::OpenOptions::new()
+                        .create(true)
+                        .write(true)
+                        .truncate(false)
+                        .open(&f)
+                        .map_err(|e| format!("{}: {e}", f.display()))?;
+                    for w in &writes {
+                        use std::os::unix::fs::FileExt;
+                        let data = journal
+                            .read_pending(w)
+                            .map_err(|e| format!("write-back journal: {e}"))?;
+                        out.write_all_at(&data, w.offset)
+                            .map_err(|e| format!("{}: {e}", f.display()))?;
+                        upto = upto.max(w.seq);
+                    }
+                    out.sync_all()
+                        .map_err(|e| format!("{}: {e}", f.display()))?;
+                    c.replay_lost_files.fetch_add(1, Relaxed);
+                }
+            }
+            journal
+                .done(dev, ino, upto)
+                .map_err(|e| format!("write-back journal: {e}"))?;
+        }
+        journal
+            .sync_all()
+            .map_err(|e| format!("write-back journal: {e}"))?;
+        Ok(())
+    }
+
+    /// Resolves a backing path from the root, one component at a time (never following
+    /// symlinks: the store's lookup does not).
+    fn open_by_path(&self, path: &[u8]) -> tierfs_store::Result<(S::Node, tierfs_store::Attr)> {
+        let (mut node, mut attr) = self.store.root()?;
+        for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            let (n, a) = self.store.lookup(&node, OsStr::from_bytes(comp))?;
+            node = n;
+            attr = a;
+        }
+        Ok((node, attr))
+    }
+}

@@ -1,0 +1,233 @@
+//! The write-back write path, reads and attributes over dirty data, and flow control.
+
+use super::{Dirty, Writeback};
+use crate::fs::{Fs, OpenFile, St};
+use crate::inode::Inode;
+use bytes::Bytes;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tierfs_cache::journal::{FileRef, JournalError};
+use tierfs_store::{Attr, Errno, Result, Store, TimeSpec};
+
+/// The longest a writer above `dirty_soft` is slowed per write (reached at `dirty_hard`).
+const MAX_THROTTLE: Duration = Duration::from_millis(20);
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl<S: Store> Fs<S> {
+    pub(crate) fn wb(&self) -> Option<&Writeback<S>> {
+        self.wb.get()
+    }
+
+    /// The backing path of an inode, relative to the backing root, from the names it was
+    /// found by; None for an object that has lost its name (unlinked while open).
+    pub(crate) fn backing_path(&self, i: &Arc<Inode<St<S>>>) -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut parts: Vec<std::ffi::OsString> = Vec::new();
+        let mut cur = i.clone();
+        for _ in 0..4096 {
+            if cur.ino == crate::ROOT_INO {
+                parts.reverse();
+                let mut p = Vec::new();
+                for (k, n) in parts.iter().enumerate() {
+                    if k > 0 {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(n.as_bytes());
+                }
+                return Some(p);
+            }
+            let (parent, name) = cur.origin.lock().clone()?;
+            parts.push(name);
+            cur = parent;
+        }
+        None
+    }
+
+    /// Free bytes of the backing store for unprivileged writers (what a write may use), and
+    /// its allocation unit.
+    pub(crate) fn backing_free(&self) -> Result<(u64, u64)> {
+        let root = self.inode(crate::ROOT_INO)?;
+        let s = self.store.statfs(&self.node(&root)?)?;
+        let unit = s.frsize.max(1) as u64;
+        Ok((s.bavail.saturating_mul(unit), unit))
+    }
+
+    /// Slows a writer gradually above `dirty_soft`; at `dirty_hard` it waits for the
+    /// flushers (flow control: dirty data and the journal stay bounded).
+    fn throttle(&self, wb: &Writeback<S>, len: u64) {
+        let (soft, hard) = (
+            wb.cfg.dirty_soft,
+            wb.cfg.dirty_hard.max(wb.cfg.dirty_soft + 1),
+        );
+        let level = wb.dirty_bytes();
+        if level + len > hard && level > 0 {
+            wb.c.hard_waits.fetch_add(1, Relaxed);
+            let t = Instant::now();
+            let mut g = wb.wake_lock.lock();
+            while wb.dirty_bytes() + len > hard && wb.dirty_bytes() > 0 && !wb.stop.load(Acquire) {
+                wb.wake.wait_for(&mut g, Duration::from_millis(50));
+            }
+            wb.c.throttle_ms
+                .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
+        } else if level > soft {
+            let frac = (level - soft) as f64 / (hard - soft) as f64;
+            let d = MAX_THROTTLE.mul_f64((frac * frac).min(1.0));
+            wb.c.throttled_writes.fetch_add(1, Relaxed);
+            wb.c.throttle_ms.fetch_add(d.as_millis() as u64, Relaxed);
+            std::thread::sleep(d);
+        }
+    }
+
+    /// A write in write-back mode: reserved, journaled, kept in RAM; acknowledged without
+    /// touching the backing store.
+    pub(crate) fn write_back(
+        &self,
+        wb: &Writeback<S>,
+        of: &OpenFile<S>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32> {
+        let len = data.len() as u64;
+        let Some(path) = self.backing_path(&of.inode) else {
+            // No name to replay it under after a crash (unlinked while open): write through.
+            return self.write_through(of, offset, data);
+        };
+        self.throttle(wb, len);
+        let reserved = match wb.reserve.reserve(offset, len, || self.backing_free()) {
+            Ok(n) => n,
+            Err(e) => {
+                wb.c.enospc.fetch_add(1, Relaxed);
+                return Err(e);
+            }
+        };
+        let st = &of.state;
+        loop {
+            let _w = st.rw.write();
+            let mut g = st.dirty.lock();
+            let d = g.get_or_insert_with(|| Dirty::new(st.version().fp.size, path.clone()));
+            let file = FileRef {
+                dev: st.backing_dev,
+                ino: st.backing_ino,
+                path: d.path.clone(),
+            };
+            let seq = match wb.journal.append_data(&file, offset, data) {
+                Ok(seq) => seq,
+                Err(JournalError::Full { .. }) => {
+                    // Wait for the flushers with no lock held: they need this file's too.
+                    let fresh = d.is_clean();
+                    if fresh {
+                        *g = None;
+                    }
+                    drop(g);
+                    drop(_w);
+                    wb.c.journal_full_waits.fetch_add(1, Relaxed);
+                    wb.notify();
+                    wb.journal
+                        .wait_for_space(len + 4096, Duration::from_millis(100));
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!("write-back journal: {e}");
+                    if d.is_clean() {
+                        *g = None;
+                    }
+                    wb.reserve.release(reserved);
+                    return Err(Errno::EIO);
+                }
+            };
+            let before = d.bytes;
+            let was_clean = d.is_clean();
+            d.write(offset, Bytes::copy_from_slice(data), seq, now_ns());
+            d.reserved += reserved;
+            let grown = d.bytes - before;
+            wb.c.dirty_bytes.fetch_add(grown, Relaxed);
+            wb.c.written_bytes.fetch_add(len, Relaxed);
+            st.has_dirty.store(true, Release);
+            if was_clean {
+                let key = (st.backing_dev, st.backing_ino);
+                if wb.files.lock().insert(key, of.inode.clone()).is_none() {
+                    wb.c.dirty_files.fetch_add(1, Relaxed);
+                }
+            }
+            drop(g);
+            wb.notify();
+            return Ok(len as u32);
+        }
+    }
+
+    /// Reads of a file with dirty data: what the tiers hold of the backing file, with the
+    /// dirty extents over it, up to the file's size as the application sees it.
+    pub(crate) fn read_over_dirty(
+        self: &Arc<Self>,
+        of: &Arc<OpenFile<S>>,
+        offset: u64,
+        size: u32,
+    ) -> Result<Bytes> {
+        loop {
+            let gen = of.state.flush_gen.load(Acquire);
+            let base = self.read_base(of, offset, size)?;
+            let g = of.state.dirty.lock();
+            // A flush that finished meanwhile may have taken dirty bytes that `base`
+            // (read before it wrote them) does not hold yet: read again.
+            if of.state.flush_gen.load(Acquire) != gen {
+                continue;
+            }
+            let Some(d) = g.as_ref() else {
+                return Ok(base);
+            };
+            let len = d.size.saturating_sub(offset).min(size as u64) as usize;
+            let mut buf = base.to_vec();
+            buf.resize(len, 0);
+            d.overlay(offset, &mut buf);
+            return Ok(Bytes::from(buf));
+        }
+    }
+
+    /// Attributes as the application sees them: size and mtime include dirty data.
+    pub(crate) fn overlay_attr(&self, i: &Inode<St<S>>, attr: &mut Attr) {
+        let Some(st) = &i.file else { return };
+        if !st.has_dirty.load(Acquire) {
+            return;
+        }
+        if let Some(d) = st.dirty.lock().as_ref() {
+            attr.size = d.size;
+            attr.blocks = attr.blocks.max(d.size.div_ceil(512));
+            let t = TimeSpec {
+                sec: d.mtime_ns.div_euclid(1_000_000_000),
+                nsec: d.mtime_ns.rem_euclid(1_000_000_000) as u32,
+            };
+            attr.mtime = t;
+            attr.ctime = t;
+        }
+    }
+
+    /// Marks a file clean (no dirty data left): it leaves the flushers' list.
+    pub(crate) fn settle_clean(&self, wb: &Writeback<S>, i: &Inode<St<S>>) {
+        let Some(st) = &i.file else { return };
+        let mut g = st.dirty.lock();
+        if let Some(d) = g.as_ref() {
+            if !d.is_clean() {
+                return;
+            }
+            wb.reserve.release(d.reserved);
+            *g = None;
+            st.has_dirty.store(false, Release);
+            st.flush_gen.fetch_add(1, AcqRel);
+            if wb
+                .files
+                .lock()
+                .remove(&(st.backing_dev, st.backing_ino))
+                .is_some()
+            {
+                wb.c.dirty_files.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+}
