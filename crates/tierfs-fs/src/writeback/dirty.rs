@@ -6,14 +6,14 @@
 //! snapshot and that lie inside what it wrote. Every write has its own tag, and the part of a
 //! write still visible can only shrink, so such an extent's bytes are exactly bytes that were
 //! written. Anything rewritten meanwhile carries a newer tag and stays dirty.
+//!
+//! Extents are kept as written, never merged: merging copies, and a writer of 4 KiB pieces
+//! would copy each byte many times. Contiguous extents are coalesced at flush time instead,
+//! into one backing write of up to `writeback.chunk` ([`Dirty::take_run`]).
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
-
-/// Adjacent small extents are merged up to this size: a writer of 4 KiB pieces leaves a few
-/// large extents (one backing write each), not a million small ones.
-const MERGE_MAX: usize = 1 << 20;
 
 #[derive(Clone, Debug)]
 struct Extent {
@@ -123,24 +123,6 @@ impl Dirty {
         self.size = self.size.max(end);
         self.mtime_ns = mtime_ns;
         self.max_seq = self.max_seq.max(seq);
-        // Merge with the extent ending right here when both are small.
-        if let Some((&po, prev)) = self.extents.range(..offset).next_back() {
-            let plen = prev.data.len();
-            if po + plen as u64 == offset && plen + data.len() <= MERGE_MAX {
-                let mut m = BytesMut::with_capacity(plen + data.len());
-                m.extend_from_slice(&prev.data);
-                m.extend_from_slice(&data);
-                self.extents.insert(
-                    po,
-                    Extent {
-                        data: m.freeze(),
-                        seq,
-                    },
-                );
-                self.bytes += data.len() as u64;
-                return;
-            }
-        }
         self.bytes += data.len() as u64;
         self.extents.insert(offset, Extent { data, seq });
     }
@@ -293,12 +275,12 @@ mod tests {
     }
 
     #[test]
-    fn small_adjacent_writes_merge_and_done_upto_waits_for_the_oldest() {
+    fn small_adjacent_writes_coalesce_at_flush_and_done_upto_waits_for_the_oldest() {
         let mut d = Dirty::new(0, vec![]);
         for i in 0..256u64 {
             d.write(i * 4096, Bytes::from(vec![1u8; 4096]), i + 1, 0);
         }
-        assert_eq!(d.extents.len(), 1);
+        assert_eq!(d.extents.len(), 256);
         assert_eq!(d.bytes, 1 << 20);
         d.write(10 << 20, Bytes::from(vec![2u8; 10]), 300, 0);
         let run = d.take_run(0, 8 << 20).unwrap();
