@@ -192,6 +192,17 @@ impl<S: Store> Store for CountedStore<S> {
         }
         r
     }
+    fn write_vectored(&self, handle: &S::Handle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let r = self.count(
+            &self.counters.write,
+            self.inner.write_vectored(handle, offset, bufs),
+        );
+        if r.is_ok() {
+            let n: usize = bufs.iter().map(|b| b.len()).sum();
+            self.counters.write_bytes.fetch_add(n as u64, Relaxed);
+        }
+        r
+    }
     fn fstat(&self, handle: &S::Handle) -> Result<Attr> {
         self.count(&self.counters.getattr, self.inner.fstat(handle))
     }

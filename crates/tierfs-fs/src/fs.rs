@@ -514,9 +514,14 @@ impl<S: Store> Fs<S> {
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
         let i = self.inode(ino)?;
-        if set.size.is_some() || set.mtime.is_some() {
-            // Write-back: the dirty data first, so truncate and times apply after it.
+        if set.size.is_some() {
+            // Write-back: the dirty data first, so the truncate applies after it.
             self.settle_file(&i)?;
+        } else if let Some(m) = &set.mtime {
+            // Write-back: a time set on a file with dirty data (tar, cp -p, rsync after
+            // writing a file) is kept with the dirty data and applied after its flush, which
+            // would otherwise move mtime again; flushing here would cost a sync per file.
+            self.note_dirty_mtime(&i, m);
         }
         let of = match fh {
             Some(fh) => self.files.get(&fh).map(|f| f.clone()),

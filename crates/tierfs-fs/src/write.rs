@@ -10,18 +10,24 @@ use tierfs_store::{Result, Store};
 
 impl<S: Store> Fs<S> {
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_owned(ino, fh, offset, data.to_vec())
+    }
+
+    /// [`Fs::write`] of a buffer the caller gives away: write-back keeps it as the dirty
+    /// extent without copying it.
+    pub fn write_owned(&self, ino: u64, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32> {
         let of = self.file_for(ino, fh, true)?;
         if data.is_empty() {
             return Ok(0);
         }
         match self.wb() {
             Some(wb) => {
-                let n = self.write_back(wb, &of, offset, data)?;
+                let n = self.write_back(wb, &of, offset, Bytes::from(data))?;
                 FsStats::add(&self.stats.write_requests, 1);
                 FsStats::add(&self.stats.write_bytes, n as u64);
                 Ok(n)
             }
-            None => self.write_through(&of, offset, data),
+            None => self.write_through(&of, offset, &data),
         }
     }
 

@@ -427,10 +427,12 @@ impl<S: Store> Filesystem for Adapter<S> {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(move |fs, _, _| match fs.write(ino.0, fh.0, offset, &data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        });
+        self.spawn(
+            move |fs, _, _| match fs.write_owned(ino.0, fh.0, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            },
+        );
     }
 
     fn flush(

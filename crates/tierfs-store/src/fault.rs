@@ -193,6 +193,10 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Write)?;
         self.inner.write(handle, offset, data)
     }
+    fn write_vectored(&self, handle: &S::Handle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.write_vectored(handle, offset, bufs)
+    }
     fn fstat(&self, handle: &S::Handle) -> Result<Attr> {
         self.faults.enter(Meta)?;
         self.inner.fstat(handle)

@@ -91,6 +91,17 @@ pub trait Store: Send + Sync + 'static {
     /// Writes all of `data` at `offset` (or at the end for an O_APPEND handle); returns the
     /// offset where the data landed.
     fn write(&self, handle: &Self::Handle, offset: u64, data: &[u8]) -> Result<u64>;
+    /// Writes `bufs` one after another from `offset` (a positioned gather write: flushing
+    /// write-back data from its extents without copying them together). Not for O_APPEND
+    /// handles.
+    fn write_vectored(&self, handle: &Self::Handle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write(handle, at, b)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Attributes of an open file (cheap on local disks, may be cached by NFS clients).
     fn fstat(&self, handle: &Self::Handle) -> Result<Attr>;
     fn fsync(&self, handle: &Self::Handle, datasync: bool) -> Result<()>;

@@ -590,6 +590,55 @@ impl Store for PosixStore {
         Ok(offset)
     }
 
+    fn write_vectored(&self, handle: &PosixHandle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        if handle.append {
+            let mut at = offset;
+            for b in bufs {
+                self.write(handle, at, b)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        // pwritev, resumed after a short write: `skip` bytes of the list are done.
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut skip = 0usize;
+        while skip < total {
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(bufs.len().min(1024));
+            let mut pos = 0usize;
+            for b in bufs {
+                let end = pos + b.len();
+                if end > skip && iov.len() < 1024 {
+                    let from = skip.saturating_sub(pos);
+                    iov.push(libc::iovec {
+                        iov_base: b[from..].as_ptr() as *mut libc::c_void,
+                        iov_len: b.len() - from,
+                    });
+                }
+                pos = end;
+            }
+            let n = unsafe {
+                libc::pwritev(
+                    handle.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    (offset + skip as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            skip += n as usize;
+        }
+        Ok(())
+    }
+
     fn fstat(&self, handle: &PosixHandle) -> Result<Attr> {
         fstat_fd(handle.file.as_raw_fd())
     }

@@ -291,11 +291,21 @@ pub struct FaultMount {
     pub backing: PathBuf,
     pub mnt: PathBuf,
     pub faults: Arc<FaultConfig>,
+    pub fs: Arc<tierfs_fs::Fs<FaultStore<PosixStore>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl FaultMount {
     pub fn new(cfg: tierfs_fs::FsConfig, prepare: impl FnOnce(&Path)) -> FaultMount {
+        Self::with_writeback(cfg, None, prepare)
+    }
+
+    /// A fault mount in write-back mode when `wb` is given (journal under `<dir>/journal`).
+    pub fn with_writeback(
+        cfg: tierfs_fs::FsConfig,
+        wb: Option<tierfs_fs::WbConfig>,
+        prepare: impl FnOnce(&Path),
+    ) -> FaultMount {
         let dir = tempfile::tempdir().expect("tempdir");
         let backing = dir.path().join("backing");
         let mnt = dir.path().join("mnt");
@@ -305,12 +315,16 @@ impl FaultMount {
         let faults = FaultConfig::new();
         let store = FaultStore::new(PosixStore::open(&backing).unwrap(), faults.clone());
         let fs = tierfs_fs::Fs::new(store, cfg).expect("fs");
+        if let Some(wb) = wb {
+            fs.start_writeback(wb, &dir.path().join("journal"), false)
+                .expect("write-back");
+        }
         let fuse_cfg = tierfs_fuse::FuseConfig {
             attr_ttl: Duration::ZERO,
             entry_ttl: Duration::ZERO,
             ..Default::default()
         };
-        let mounted = tierfs_fuse::mount(fs, &mnt, &fuse_cfg).expect("mount");
+        let mounted = tierfs_fuse::mount(fs.clone(), &mnt, &fuse_cfg).expect("mount");
         let thread = std::thread::spawn(move || {
             let _ = mounted.run();
         });
@@ -319,6 +333,7 @@ impl FaultMount {
             backing,
             mnt,
             faults,
+            fs,
             thread: Some(thread),
         }
     }
@@ -334,6 +349,7 @@ impl Drop for FaultMount {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.fs.shutdown_writeback();
     }
 }
 

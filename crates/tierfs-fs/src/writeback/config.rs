@@ -64,7 +64,7 @@ impl Default for WbConfig {
             journal_size: 8 << 30,
             journal_segment: 64 << 20,
             chunk: 4 << 20,
-            group: 64 << 20,
+            group: 256 << 20,
             reserve_chunk: 256 << 20,
             retry_max: Duration::from_secs(30),
         }

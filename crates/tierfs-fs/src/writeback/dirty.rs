@@ -21,11 +21,21 @@ struct Extent {
     seq: u64,
 }
 
-/// A run of dirty bytes taken for flushing: contiguous, sorted, with the tags it covers.
+/// A run of dirty bytes taken for flushing: contiguous extents in offset order (shared, not
+/// copied: written with one gather write), with the tags they carry.
 pub struct Run {
     pub offset: u64,
-    pub data: Vec<u8>,
+    pub pieces: Vec<Bytes>,
+    pub len: u64,
     pub(crate) seqs: HashSet<u64>,
+}
+
+impl Run {
+    /// The run's bytes in one buffer (tests).
+    #[cfg(test)]
+    pub fn bytes(&self) -> Vec<u8> {
+        self.pieces.concat()
+    }
 }
 
 pub struct Dirty {
@@ -46,6 +56,9 @@ pub struct Dirty {
     pub path: Vec<u8>,
     /// Backing space reserved for this file's dirty bytes and not yet given back.
     pub reserved: u64,
+    /// When the application last wrote (a flusher that catches up with a file still being
+    /// written leaves the sync for later).
+    pub last_write: Instant,
 }
 
 impl Dirty {
@@ -60,6 +73,7 @@ impl Dirty {
             error: None,
             path,
             reserved: 0,
+            last_write: Instant::now(),
         }
     }
 
@@ -150,23 +164,24 @@ impl Dirty {
         }
     }
 
-    /// Takes (copies) the first contiguous run of extents at or after `from`, up to `max`
+    /// Takes the first contiguous run of extents at or after `from`, up to `max`
     /// bytes, for one backing write. Extents stay until [`Dirty::flushed`].
     pub fn take_run(&self, from: u64, max: usize) -> Option<Run> {
         let mut it = self.extents.range(from..);
         let (&o, e) = it.next()?;
         let mut run = Run {
             offset: o,
-            data: Vec::with_capacity(max.min(e.data.len().max(64 << 10))),
+            pieces: vec![e.data.clone()],
+            len: e.data.len() as u64,
             seqs: HashSet::new(),
         };
-        run.data.extend_from_slice(&e.data);
         run.seqs.insert(e.seq);
         for (&no, ne) in it {
-            if no != o + run.data.len() as u64 || run.data.len() + ne.data.len() > max {
+            if no != o + run.len || run.len + ne.data.len() as u64 > max as u64 {
                 break;
             }
-            run.data.extend_from_slice(&ne.data);
+            run.pieces.push(ne.data.clone());
+            run.len += ne.data.len() as u64;
             run.seqs.insert(ne.seq);
         }
         Some(run)
@@ -174,7 +189,7 @@ impl Dirty {
 
     /// Drops what `run` wrote (see the module comment); returns the bytes dropped.
     pub fn flushed(&mut self, run: &Run) -> u64 {
-        let (start, end) = (run.offset, run.offset + run.data.len() as u64);
+        let (start, end) = (run.offset, run.offset + run.len);
         let gone: Vec<u64> = self
             .extents
             .range(start..end)
@@ -244,13 +259,13 @@ mod tests {
                         if let Some(run) = d.take_run(rnd(64 << 10), 1 + rnd(32 << 10) as usize) {
                             // A write racing with the flush, after the snapshot.
                             if rnd(2) == 0 {
-                                let off = run.offset + rnd(run.data.len() as u64 + 1);
+                                let off = run.offset + rnd(run.len + 1);
                                 seq += 1;
                                 let v = vec![(seq % 251) as u8; 100];
                                 d.write(off, Bytes::from(v.clone()), seq, 0);
                                 model_apply(&mut model, off, &v);
                             }
-                            model_apply(&mut backing, run.offset, &run.data);
+                            model_apply(&mut backing, run.offset, &run.bytes());
                             d.flushed(&run);
                         }
                     }
@@ -263,7 +278,7 @@ mod tests {
                 }
             }
             while let Some(run) = d.take_run(0, 1 << 20) {
-                model_apply(&mut backing, run.offset, &run.data);
+                model_apply(&mut backing, run.offset, &run.bytes());
                 d.flushed(&run);
             }
             assert!(d.is_clean());
@@ -284,7 +299,7 @@ mod tests {
         assert_eq!(d.bytes, 1 << 20);
         d.write(10 << 20, Bytes::from(vec![2u8; 10]), 300, 0);
         let run = d.take_run(0, 8 << 20).unwrap();
-        assert_eq!(run.data.len(), 1 << 20);
+        assert_eq!(run.len, 1 << 20);
         d.flushed(&run);
         assert_eq!(d.done_upto(), 299);
         let mut tail = [0u8; 12];

@@ -11,6 +11,21 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_store::{Errno, FileKind, Result, SetAttr, Store, TimeSpec, TimeUpdate};
 
+/// A flusher that has caught up with a file written less than this long ago leaves it
+/// unsynced and comes back: a file being streamed is synced once per flush group, not after
+/// every catch-up (each sync of a large file costs the store a full flush).
+const SYNC_IDLE: Duration = Duration::from_millis(200);
+
+/// How a flush of one file ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// Written, synced, recorded in the journal (or nothing to do).
+    Synced,
+    /// Written up to what there was, not synced yet: the file is still being written.
+    Deferred,
+    Failed,
+}
+
 impl<S: Store> Fs<S> {
     /// One flusher thread: takes the next dirty file in (device, inode) order after the
     /// last one taken (an elevator over the files) and flushes one group of it.
@@ -21,7 +36,12 @@ impl<S: Store> Fs<S> {
             match fs.pick_dirty(wb) {
                 Some(i) => {
                     let r = fs.flush_group(wb, &i, wb.cfg.group);
-                    fs.unclaim(wb, &i, r.is_err());
+                    let how = match r {
+                        Ok(true) => Flushed::Synced,
+                        Ok(false) => Flushed::Deferred,
+                        Err(_) => Flushed::Failed,
+                    };
+                    fs.unclaim(wb, &i, how);
                 }
                 None => {
                     if wb.stop.load(Acquire) {
@@ -71,16 +91,23 @@ impl<S: Store> Fs<S> {
 
     /// Gives a claimed file back; a failed flush waits (exponential backoff) before the
     /// next try, so a vanished directory or a failing disk is not hammered.
-    fn unclaim(&self, wb: &Writeback<S>, i: &Inode<St<S>>, failed: bool) {
+    fn unclaim(&self, wb: &Writeback<S>, i: &Inode<St<S>>, how: Flushed) {
         if let Some(st) = &i.file {
-            if failed {
-                let b = st.backoff_ms.load(Relaxed);
-                let b = (b * 2).clamp(100, wb.cfg.retry_max.as_millis() as u64);
-                st.backoff_ms.store(b, Relaxed);
-                st.retry_at_ms.store(now_ms() + b, Relaxed);
-            } else {
-                st.backoff_ms.store(0, Relaxed);
-                st.retry_at_ms.store(0, Relaxed);
+            match how {
+                Flushed::Failed => {
+                    let b = st.backoff_ms.load(Relaxed);
+                    let b = (b * 2).clamp(100, wb.cfg.retry_max.as_millis() as u64);
+                    st.backoff_ms.store(b, Relaxed);
+                    st.retry_at_ms.store(now_ms() + b, Relaxed);
+                }
+                Flushed::Deferred => {
+                    st.retry_at_ms
+                        .store(now_ms() + SYNC_IDLE.as_millis() as u64 / 2, Relaxed);
+                }
+                Flushed::Synced => {
+                    st.backoff_ms.store(0, Relaxed);
+                    st.retry_at_ms.store(0, Relaxed);
+                }
             }
             st.flushing.store(false, Release);
         }
@@ -90,7 +117,8 @@ impl<S: Store> Fs<S> {
     /// Flushes up to `budget` bytes of one claimed file (u64::MAX: all of it), sorted by
     /// offset and coalesced into writes of up to `writeback.chunk`; then syncs the file (and
     /// its directory if we created it) and records in the journal what is now durable.
-    fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<()> {
+    /// Ok(false): caught up with a file still being written, left unsynced (see `SYNC_IDLE`).
+    fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
         let r = self.flush_group_inner(wb, i, budget);
         if let Err(e) = r {
             wb.c.flush_errors.fetch_add(1, Relaxed);
@@ -112,12 +140,12 @@ impl<S: Store> Fs<S> {
         wb: &Writeback<S>,
         i: &Arc<Inode<St<S>>>,
         budget: u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Some(st) = i.file.clone() else {
-            return Ok(());
+            return Ok(true);
         };
         if st.dirty.lock().is_none() {
-            return Ok(());
+            return Ok(true);
         }
         let node = self.node(i)?;
         let h = self.store.open(&node, libc::O_WRONLY)?;
@@ -133,9 +161,10 @@ impl<S: Store> Fs<S> {
                 Some(r) => r,
                 None => break,
             };
-            self.store.write(&h, run.offset, &run.data)?;
+            let bufs: Vec<&[u8]> = run.pieces.iter().map(|b| &b[..]).collect();
+            self.store.write_vectored(&h, run.offset, &bufs)?;
             wb.c.flush_writes.fetch_add(1, Relaxed);
-            let len = run.data.len() as u64;
+            let len = run.len;
             {
                 // Exclusive, briefly. A fetch that overlapped the write saw the fingerprint
                 // move and was discarded (stale); cached blocks of this version are patched
@@ -147,14 +176,13 @@ impl<S: Store> Fs<S> {
                 let end = run.offset + len;
                 match &after {
                     Some(a) if a.size == v.fp.size.max(end) => {
-                        self.patch_blocks(
-                            st.backing_ino,
-                            v.gen,
-                            v.fp.size,
-                            run.offset,
-                            &run.data,
-                            a.size,
-                        );
+                        let (mut at, mut size) = (run.offset, v.fp.size);
+                        for p in &run.pieces {
+                            let grown = size.max(at + p.len() as u64);
+                            self.patch_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                            at += p.len() as u64;
+                            size = grown;
+                        }
                         st.set_after_own_write(v.gen, a);
                     }
                     _ => st.invalidate(after.as_ref()),
@@ -178,6 +206,16 @@ impl<S: Store> Fs<S> {
             done += len;
             if done >= budget {
                 break;
+            }
+        }
+        if budget != u64::MAX && done < budget {
+            let busy = st
+                .dirty
+                .lock()
+                .as_ref()
+                .is_some_and(|d| d.last_write.elapsed() < SYNC_IDLE);
+            if busy {
+                return Ok(false);
             }
         }
         // The application's mtime, not the flush's.
@@ -222,7 +260,7 @@ impl<S: Store> Fs<S> {
             d.error = None;
         }
         self.settle_clean(wb, i);
-        Ok(())
+        Ok(true)
     }
 
     /// Flushes all of one file now (fsync, close with `writeback.close=flush`, before a
@@ -244,8 +282,13 @@ impl<S: Store> Fs<S> {
             wb.wake.wait_for(&mut g, Duration::from_millis(20));
         }
         let r = self.flush_group(wb, i, u64::MAX);
-        self.unclaim(wb, i, false);
-        r
+        let how = if r.is_ok() {
+            Flushed::Synced
+        } else {
+            Flushed::Failed
+        };
+        self.unclaim(wb, i, how);
+        r.map(|_| ())
     }
 
     /// Flushes every dirty file (a directory rename, unmount).
@@ -355,15 +398,40 @@ impl<S: Store> Fs<S> {
                 bytes as f64 / 1048576.0
             );
         }
-        for attempt in 0..3 {
-            match self.flush_all(wb) {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::error!("write-back drain, attempt {}: {e}", attempt + 1);
-                    std::thread::sleep(Duration::from_millis(500));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            if bytes > 0 {
+                // A progress line a second while draining (stderr with --foreground, and
+                // the log).
+                s.spawn(|| {
+                    let mut last = Instant::now();
+                    while !done.load(Acquire) {
+                        std::thread::sleep(Duration::from_millis(50));
+                        if last.elapsed() >= Duration::from_secs(1) && !done.load(Acquire) {
+                            last = Instant::now();
+                            let left = wb.dirty_bytes();
+                            let secs = t.elapsed().as_secs_f64().max(0.001);
+                            let rate = (bytes.saturating_sub(left)) as f64 / secs / 1048576.0;
+                            tracing::info!("write-back drain: {left} bytes left, {rate:.1} MiB/s");
+                            eprintln!(
+                                "tierfs: flushing: {:.1} MiB left, {rate:.1} MiB/s",
+                                left as f64 / 1048576.0
+                            );
+                        }
+                    }
+                });
+            }
+            for attempt in 0..3 {
+                match self.flush_all(wb) {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::error!("write-back drain, attempt {}: {e}", attempt + 1);
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
                 }
             }
-        }
+            done.store(true, Release);
+        });
         wb.c.drained_bytes.fetch_add(bytes, Relaxed);
         let left = wb.dirty_bytes();
         if left > 0 {

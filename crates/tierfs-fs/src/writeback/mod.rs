@@ -50,6 +50,8 @@ pub struct Writeback<S: Store> {
     pub(crate) wake_lock: Mutex<()>,
     pub(crate) stop: AtomicBool,
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// For the flush rate in stats: when it was last computed, bytes flushed then, the rate.
+    pub(crate) rate: Mutex<(std::time::Instant, u64, u64)>,
 }
 
 impl<S: Store> Writeback<S> {
@@ -75,8 +77,22 @@ impl<S: Store> Writeback<S> {
             .min()
             .map(|t| t.elapsed().as_millis() as u64)
             .unwrap_or(0);
+        let flushed = g(&c.flushed_bytes);
+        let flush_rate = {
+            let mut r = self.rate.lock();
+            let dt = r.0.elapsed().as_secs_f64();
+            if dt >= 1.0 {
+                *r = (
+                    std::time::Instant::now(),
+                    flushed,
+                    ((flushed - r.1) as f64 / dt) as u64,
+                );
+            }
+            r.2
+        };
         WbStats {
             mode: "back".into(),
+            flush_rate_bps: flush_rate,
             dirty_bytes: g(&c.dirty_bytes),
             dirty_files: g(&c.dirty_files),
             dirty_soft: self.cfg.dirty_soft,

@@ -3,6 +3,7 @@
 
 use super::{stats::WbCounters, WbConfig, Writeback};
 use crate::fs::Fs;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -25,6 +26,10 @@ impl<S: Store> Fs<S> {
         let jcfg = JournalConfig {
             segment_size: cfg.journal_segment,
             max_size: cfg.journal_size,
+            // Appends wait only when this much is queued for the writer thread: enough to
+            // ride through its fdatasyncs (a segment rollover syncs up to a whole segment
+            // while the disk is also taking the flushers' writes) without stalling writers.
+            max_buffer: (cfg.journal_size / 8).clamp(16 << 20, 256 << 20),
             ..JournalConfig::default()
         };
         let t = Instant::now();
@@ -60,6 +65,7 @@ impl<S: Store> Fs<S> {
             wake_lock: Default::default(),
             stop: AtomicBool::new(false),
             threads: Default::default(),
+            rate: Mutex::new((Instant::now(), 0, 0)),
         };
         if self.wb.set(wb).is_err() {
             return Err("write-back started twice".into());

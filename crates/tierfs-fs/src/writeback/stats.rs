@@ -31,6 +31,8 @@ pub struct WbStats {
     pub dirty_soft: u64,
     pub dirty_hard: u64,
     pub oldest_dirty_ms: u64,
+    /// Bytes/s written back, over the time since the previous stats call (at least 1 s).
+    pub flush_rate_bps: u64,
     pub written_bytes: u64,
     pub flushed_bytes: u64,
     pub flush_writes: u64,

@@ -92,12 +92,12 @@ impl<S: Store> Fs<S> {
         wb: &Writeback<S>,
         of: &OpenFile<S>,
         offset: u64,
-        data: &[u8],
+        data: Bytes,
     ) -> Result<u32> {
         let len = data.len() as u64;
         let Some(path) = self.backing_path(&of.inode) else {
             // No name to replay it under after a crash (unlinked while open): write through.
-            return self.write_through(of, offset, data);
+            return self.write_through(of, offset, &data);
         };
         self.throttle(wb, len);
         let reserved = match wb.reserve.reserve(offset, len, || self.backing_free()) {
@@ -111,18 +111,18 @@ impl<S: Store> Fs<S> {
         loop {
             let _w = st.rw.write();
             let mut g = st.dirty.lock();
+            let created = g.is_none();
             let d = g.get_or_insert_with(|| Dirty::new(st.version().fp.size, path.clone()));
             let file = FileRef {
                 dev: st.backing_dev,
                 ino: st.backing_ino,
                 path: d.path.clone(),
             };
-            let seq = match wb.journal.append_data(&file, offset, data) {
+            let seq = match wb.journal.append_data(&file, offset, &data) {
                 Ok(seq) => seq,
                 Err(JournalError::Full { .. }) => {
                     // Wait for the flushers with no lock held: they need this file's too.
-                    let fresh = d.is_clean();
-                    if fresh {
+                    if created {
                         *g = None;
                     }
                     drop(g);
@@ -135,7 +135,7 @@ impl<S: Store> Fs<S> {
                 }
                 Err(e) => {
                     tracing::error!("write-back journal: {e}");
-                    if d.is_clean() {
+                    if created {
                         *g = None;
                     }
                     wb.reserve.release(reserved);
@@ -143,8 +143,9 @@ impl<S: Store> Fs<S> {
                 }
             };
             let before = d.bytes;
-            let was_clean = d.is_clean();
-            d.write(offset, Bytes::copy_from_slice(data), seq, now_ns());
+            let was_clean = created;
+            d.last_write = Instant::now();
+            d.write(offset, data, seq, now_ns());
             d.reserved += reserved;
             let grown = d.bytes - before;
             wb.c.dirty_bytes.fetch_add(grown, Relaxed);
@@ -205,6 +206,18 @@ impl<S: Store> Fs<S> {
             };
             attr.mtime = t;
             attr.ctime = t;
+        }
+    }
+
+    /// An mtime the application set on a file while it has dirty data: the flush applies it
+    /// after writing the data (see `flush_group`).
+    pub(crate) fn note_dirty_mtime(&self, i: &Inode<St<S>>, m: &tierfs_store::TimeUpdate) {
+        let Some(st) = &i.file else { return };
+        if let Some(d) = st.dirty.lock().as_mut() {
+            d.mtime_ns = match m {
+                tierfs_store::TimeUpdate::Now => now_ns(),
+                tierfs_store::TimeUpdate::Set(t) => t.sec * 1_000_000_000 + t.nsec as i64,
+            };
         }
     }
 
