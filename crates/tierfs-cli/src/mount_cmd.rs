@@ -288,7 +288,7 @@ fn serve(
             fs.start_writeback(config.wb.clone(), &journal, reset_cache)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         } else if journal.exists() {
-            fs.replay_journal(config.wb.clone(), &journal)
+            fs.replay_journal(config.wb.clone(), &journal, reset_cache)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         let stats_fs = fs.clone();

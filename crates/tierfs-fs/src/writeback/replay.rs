@@ -33,8 +33,7 @@ impl<S: Store> Fs<S> {
             ..JournalConfig::default()
         };
         let t = Instant::now();
-        let (journal, replay) = Journal::open(dir, self.store.store_id(), jcfg, reset)
-            .map_err(|e| format!("write-back journal: {e}"))?;
+        let (journal, replay) = open_journal(dir, self.store.store_id(), jcfg, reset)?;
         if let Some((file, off, why)) = &replay.torn_tail {
             tracing::warn!(
                 "write-back journal: torn tail in {} at {off} ({why}): records after it were never acknowledged as durable",
@@ -84,14 +83,18 @@ impl<S: Store> Fs<S> {
 
     /// A write-through mount over a cache dir that holds a write-back journal: its pending
     /// writes go to the backing store first; the journal is then closed, not used.
-    pub fn replay_journal(&self, cfg: WbConfig, dir: &Path) -> std::result::Result<(), String> {
+    pub fn replay_journal(
+        &self,
+        cfg: WbConfig,
+        dir: &Path,
+        reset: bool,
+    ) -> std::result::Result<(), String> {
         let jcfg = JournalConfig {
             segment_size: cfg.journal_segment,
             max_size: cfg.journal_size,
             ..JournalConfig::default()
         };
-        let (journal, replay) = Journal::open(dir, self.store.store_id(), jcfg, false)
-            .map_err(|e| format!("write-back journal: {e}"))?;
+        let (journal, replay) = open_journal(dir, self.store.store_id(), jcfg, reset)?;
         if !replay.pending.is_empty() {
             eprintln!(
                 "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
@@ -196,5 +199,30 @@ impl<S: Store> Fs<S> {
             attr = a;
         }
         Ok((node, attr))
+    }
+}
+
+/// Opens the journal. `--reset-cache` never throws away a journal that can be read: its
+/// pending writes are acknowledged data, and they are replayed like any other. Only a journal
+/// that cannot be opened (damaged, another store's, another format) is wiped when the user
+/// asked for a reset, with the loss in the log.
+fn open_journal(
+    dir: &Path,
+    store_id: &str,
+    cfg: JournalConfig,
+    reset: bool,
+) -> std::result::Result<(Journal, tierfs_cache::journal::Replay), String> {
+    match Journal::open(dir, store_id, cfg.clone(), false) {
+        Ok(r) => Ok(r),
+        Err(e) if reset => {
+            tracing::error!(
+                "write-back journal: {e}; wiped (--reset-cache): its pending writes are lost"
+            );
+            eprintln!("tierfs: write-back journal: {e}; wiped (--reset-cache)");
+            Journal::open(dir, store_id, cfg, true).map_err(|e| format!("write-back journal: {e}"))
+        }
+        Err(e) => Err(format!(
+            "write-back journal: {e} (it may hold acknowledged writes; --reset-cache wipes it)"
+        )),
     }
 }
