@@ -23,15 +23,7 @@ impl<S: Store> Fs<S> {
         dir: &Path,
         reset: bool,
     ) -> std::result::Result<(), String> {
-        let jcfg = JournalConfig {
-            segment_size: cfg.journal_segment,
-            max_size: cfg.journal_size,
-            // Appends wait only when this much is queued for the writer thread: enough to
-            // ride through its fdatasyncs (a segment rollover syncs up to a whole segment
-            // while the disk is also taking the flushers' writes) without stalling writers.
-            max_buffer: (cfg.journal_size / 8).clamp(16 << 20, 256 << 20),
-            ..JournalConfig::default()
-        };
+        let jcfg = journal_config(&cfg);
         let t = Instant::now();
         let (journal, replay) = open_journal(dir, self.store.store_id(), jcfg, reset)?;
         if let Some((file, off, why)) = &replay.torn_tail {
@@ -89,12 +81,8 @@ impl<S: Store> Fs<S> {
         dir: &Path,
         reset: bool,
     ) -> std::result::Result<(), String> {
-        let jcfg = JournalConfig {
-            segment_size: cfg.journal_segment,
-            max_size: cfg.journal_size,
-            ..JournalConfig::default()
-        };
-        let (journal, replay) = open_journal(dir, self.store.store_id(), jcfg, reset)?;
+        let (journal, replay) =
+            open_journal(dir, self.store.store_id(), journal_config(&cfg), reset)?;
         if !replay.pending.is_empty() {
             eprintln!(
                 "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
@@ -199,6 +187,19 @@ impl<S: Store> Fs<S> {
             attr = a;
         }
         Ok((node, attr))
+    }
+}
+
+/// The journal's settings from the write-back tunables.
+fn journal_config(cfg: &WbConfig) -> JournalConfig {
+    JournalConfig {
+        segment_size: cfg.journal_segment,
+        max_size: cfg.journal_size,
+        // Appends wait only when this much is queued for the writer thread: enough to ride
+        // through its fdatasyncs (a segment rollover syncs up to a whole segment while the
+        // disk is also taking the flushers' writes) without stalling writers.
+        max_buffer: (cfg.journal_size / 8).clamp(16 << 20, 256 << 20),
+        ..JournalConfig::default()
     }
 }
 
