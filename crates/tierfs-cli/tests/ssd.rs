@@ -39,30 +39,6 @@ const CHUNK: usize = 1 << 20;
 // Data sets
 // ---------------------------------------------------------------------------------------------
 
-/// splitmix64's finalizer: a well-mixed 64-bit hash.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-    /// Uniform in `lo..hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-}
-
 /// A fresh seed for a test, printed so that a failure can be replayed.
 fn test_seed(test: &str) -> u64 {
     let t = SystemTime::now()

@@ -1,12 +1,10 @@
 //! The few system calls the journal makes beyond `std::fs`: fdatasync, fallocate, positioned
-//! reads and writes, a directory fsync, a random uuid. (The SSD tier has its own copies of the
-//! last two in `ssd::io`, private to that module; these are small enough not to share.)
+//! reads and writes; the directory fsync and the random uuid are the SSD tier's (`ssd::io`).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
 
 /// fdatasync: the data and the metadata needed to read it back (size, extents), not mtime.
 pub(crate) fn fdatasync(f: &File) -> io::Result<()> {
@@ -57,25 +55,5 @@ pub(crate) fn read_at_most(f: &File, buf: &mut [u8], off: u64) -> io::Result<usi
     Ok(done)
 }
 
-/// fsync of a directory, so a create, rename or unlink in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// 16 random bytes for the journal uuid; time and pid if getrandom fails.
-pub(crate) fn random_uuid() -> [u8; 16] {
-    let mut b = [0u8; 16];
-    // SAFETY: the buffer is valid for 16 bytes.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b[..8].copy_from_slice(&(t as u64).to_le_bytes());
-        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-        let c = crc32c::crc32c(&b[..12]);
-        b[12..].copy_from_slice(&c.to_le_bytes());
-    }
-    b
-}
+// A directory fsync and a random uuid: the SSD tier's.
+pub(crate) use crate::ssd::io::{random_uuid, sync_dir};

@@ -16,7 +16,7 @@ mod budget;
 mod checkpoint;
 mod error;
 mod index;
-mod io;
+pub(crate) mod io;
 mod layout;
 mod read;
 mod recover;

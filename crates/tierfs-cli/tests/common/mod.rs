@@ -395,3 +395,30 @@ impl Drop for TmpfsMount {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// splitmix64's finalizer: a well-mixed 64-bit hash.
+pub fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// splitmix64: deterministic, so a seed replays a run exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+    /// Uniform in `lo..hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        self.range(0, n as u64) as usize
+    }
+}
