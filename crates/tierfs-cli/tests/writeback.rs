@@ -194,6 +194,41 @@ fn run_writer(
     }
 }
 
+/// A writer thread's body: (dir, model, seed, pool, kill flag) -> (model, stats).
+type Writer<M> = fn(PathBuf, M, u64, Arc<Vec<u8>>, Arc<AtomicBool>) -> (M, WriterStats);
+
+/// One crash round: mounts, runs `writer` (dir, model, seed, pool, kill flag) on a thread in
+/// `sub` of the mount, `kill -9`s the daemon after a random delay and returns what the writer
+/// acknowledged. A writer error before the kill, or a mount that survives it, fails the test.
+#[allow(clippy::too_many_arguments)]
+fn write_until_killed<M: Send + 'static>(
+    m: &BinMount,
+    opts: &[String],
+    sub: &str,
+    model: M,
+    r: &mut Rng,
+    pool: &Arc<Vec<u8>>,
+    what: &str,
+    writer: Writer<M>,
+) -> (M, WriterStats) {
+    mount(m, opts);
+    let killed = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let (dir, pool, killed) = (m.mnt.join(sub), pool.clone(), killed.clone());
+        let wseed = r.next();
+        std::thread::spawn(move || writer(dir, model, wseed, pool, killed))
+    };
+    std::thread::sleep(kill_delay(r));
+    killed.store(true, SeqCst);
+    m.kill_daemon();
+    let (model, st) = handle.join().expect("writer panicked");
+    if let Some(e) = &st.error_before_kill {
+        panic!("{what}: the writer failed before the kill: {e}");
+    }
+    assert!(!is_mounted(&m.mnt), "{what}: mounted after kill -9");
+    (model, st)
+}
+
 fn ctx<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
 }
@@ -437,28 +472,16 @@ fn crash_kill9_keeps_every_fsynced_byte() {
             let mut files = vec![FileModel::default(); CRASH_FILES];
             let (mut writes, mut acks, mut verified, mut written) = (0u64, 0u64, 0u64, 0u64);
             for round in 0..ROUNDS {
-                mount(&m, &opts);
-                let killed = Arc::new(AtomicBool::new(false));
-                let writer = {
-                    let (dir, files, pool, killed) = (
-                        m.mnt.join(&sub),
-                        files.clone(),
-                        pool.clone(),
-                        killed.clone(),
-                    );
-                    let wseed = r.next();
-                    std::thread::spawn(move || crash_writer(dir, files, wseed, pool, killed))
-                };
-                std::thread::sleep(kill_delay(&mut r));
-                killed.store(true, SeqCst);
-                m.kill_daemon();
-                let (model, st) = writer.join().expect("writer panicked");
-                if let Some(e) = &st.error_before_kill {
-                    panic!("{mode} round {round}: the writer failed before the kill: {e}");
-                }
-                assert!(
-                    !is_mounted(&mnt),
-                    "{mode} round {round}: mounted after kill -9"
+                let what = format!("{mode} round {round}");
+                let (model, st) = write_until_killed(
+                    &m,
+                    &opts,
+                    &sub,
+                    files.clone(),
+                    &mut r,
+                    &pool,
+                    &what,
+                    crash_writer,
                 );
                 (writes, acks, written) = (writes + st.writes, acks + st.acks, written + st.bytes);
                 if inject_loss() {
@@ -909,28 +932,16 @@ fn ordering_create_write_rename_fsyncdir_survives_crash() {
                 NAMES.iter().map(|_| NameModel::initial(None)).collect();
             let (mut renames, mut dsyncs, mut checked_new) = (0u64, 0u64, 0u64);
             for round in 0..ROUNDS {
-                mount(&m, &opts);
-                let killed = Arc::new(AtomicBool::new(false));
-                let writer = {
-                    let (dir, models, pool, killed) = (
-                        m.mnt.join(&sub),
-                        models.clone(),
-                        pool.clone(),
-                        killed.clone(),
-                    );
-                    let wseed = r.next();
-                    std::thread::spawn(move || rename_writer(dir, models, wseed, pool, killed))
-                };
-                std::thread::sleep(kill_delay(&mut r));
-                killed.store(true, SeqCst);
-                m.kill_daemon();
-                let (model, st) = writer.join().expect("writer panicked");
-                if let Some(e) = &st.error_before_kill {
-                    panic!("{mode} round {round}: the writer failed before the kill: {e}");
-                }
-                assert!(
-                    !is_mounted(&mnt),
-                    "{mode} round {round}: mounted after kill -9"
+                let what = format!("{mode} round {round}");
+                let (model, st) = write_until_killed(
+                    &m,
+                    &opts,
+                    &sub,
+                    models.clone(),
+                    &mut r,
+                    &pool,
+                    &what,
+                    rename_writer,
                 );
                 renames += model
                     .iter()
