@@ -108,6 +108,8 @@ pub struct Fs<S: Store> {
     implicit: DashMap<(u64, bool), Arc<OpenFile<S>>>,
     /// Write-back machinery, with `writeback.mode=back` (see [`Fs::start_writeback`]).
     pub(crate) wb: OnceLock<crate::writeback::Writeback<S>>,
+    /// Where write-back data is copied on arrival (huge-page regions).
+    pub(crate) write_bufs: crate::writebuf::WriteBufs,
     /// Insertion order of `implicit`, to bound it (and the backing descriptors it holds).
     implicit_order: Mutex<std::collections::VecDeque<(u64, bool)>>,
     dirs: DashMap<u64, Arc<DirHandle>>,
@@ -152,6 +154,7 @@ impl<S: Store> Fs<S> {
             implicit: DashMap::new(),
             implicit_order: Mutex::new(Default::default()),
             wb: OnceLock::new(),
+            write_bufs: Default::default(),
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),

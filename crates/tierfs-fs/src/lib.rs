@@ -15,6 +15,7 @@ mod read;
 mod stats;
 mod write;
 mod writeback;
+mod writebuf;
 
 pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};

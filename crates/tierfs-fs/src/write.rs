@@ -15,14 +15,21 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::write`] of a buffer the caller gives away: write-back keeps it as the dirty
     /// extent without copying it.
-    pub fn write_owned(&self, ino: u64, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32> {
+    pub fn write_owned(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: impl Into<Bytes>,
+    ) -> Result<u32> {
+        let data: Bytes = data.into();
         let of = self.file_for(ino, fh, true)?;
         if data.is_empty() {
             return Ok(0);
         }
         match self.wb() {
             Some(wb) => {
-                let n = self.write_back(wb, &of, offset, Bytes::from(data))?;
+                let n = self.write_back(wb, &of, offset, data)?;
                 FsStats::add(&self.stats.write_requests, 1);
                 FsStats::add(&self.stats.write_bytes, n as u64);
                 Ok(n)
@@ -31,8 +38,45 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// The request's data as a buffer the core may keep: in write-back mode from huge-page
+    /// regions (see `writebuf`), since it stays in RAM until flushed.
+    pub fn write_buf(&self, data: &[u8]) -> Bytes {
+        match self.wb() {
+            Some(_) => self.write_bufs.copy(data),
+            None => Bytes::copy_from_slice(data),
+        }
+    }
+
+    /// A write-back write answered on the calling (FUSE) thread, without a hand-off to the
+    /// I/O pool, when nothing in it can wait (see [`Fs::write_back_with`]). `Err` gives the
+    /// data back: the caller sends it to [`Fs::write_owned`] on a thread that may wait.
+    pub fn try_write_inline(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: Bytes,
+    ) -> std::result::Result<Result<u32>, Bytes> {
+        let Some(wb) = self.wb() else {
+            return Err(data);
+        };
+        if data.is_empty() {
+            return Err(data);
+        }
+        let of = match self.file_for(ino, fh, true) {
+            Ok(of) => of,
+            Err(e) => return Ok(Err(e)),
+        };
+        let r = self.write_back_with(wb, &of, offset, data, true)?;
+        if let Ok(n) = r {
+            FsStats::add(&self.stats.write_requests, 1);
+            FsStats::add(&self.stats.write_bytes, n as u64);
+        }
+        Ok(r)
+    }
+
     /// A write in write-through mode (or of a file write-back cannot journal).
-    pub(crate) fn write_through(&self, of: &OpenFile<S>, offset: u64, data: &[u8]) -> Result<u32> {
+    pub(crate) fn write_through(&self, of: &OpenFile<S>, offset: u64, data: &Bytes) -> Result<u32> {
         let handle = self.handle(of)?;
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
@@ -79,6 +123,31 @@ impl<S: Store> Fs<S> {
         data: &[u8],
         new_size: u64,
     ) {
+        self.patch_blocks_inner((ino, gen), old_size, at, data, new_size, true)
+    }
+
+    /// [`Fs::patch_blocks`] of the cached blocks only: none is created.
+    pub(crate) fn patch_cached_blocks(
+        &self,
+        ino: u64,
+        gen: u64,
+        old_size: u64,
+        at: u64,
+        data: &[u8],
+        new_size: u64,
+    ) {
+        self.patch_blocks_inner((ino, gen), old_size, at, data, new_size, false)
+    }
+
+    fn patch_blocks_inner(
+        &self,
+        (ino, gen): (u64, u64),
+        old_size: u64,
+        at: u64,
+        data: &[u8],
+        new_size: u64,
+        allocate: bool,
+    ) {
         let bs = self.cfg.block_size;
         let end = at + data.len() as u64;
         let mut idxs: Vec<u64> = (at / bs..=(end - 1) / bs).collect();
@@ -94,7 +163,7 @@ impl<S: Store> Fs<S> {
             let key = BlockKey { ino, gen, idx };
             let old = self.cache.peek(&key);
             let covers = at <= bstart && end >= bstart + blen;
-            if old.is_none() && !covers {
+            if old.is_none() && !(covers && allocate) {
                 continue;
             }
             let mut buf = vec![0u8; blen as usize];

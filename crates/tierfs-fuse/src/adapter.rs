@@ -426,7 +426,20 @@ impl<S: Store> Filesystem for Adapter<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let data = data.to_vec();
+        // Write-back writes that cannot wait are acknowledged right here (journal append and
+        // RAM), saving the hand-off to the I/O pool and back on every request.
+        let data = match self
+            .fs
+            .try_write_inline(ino.0, fh.0, offset, self.fs.write_buf(data))
+        {
+            Ok(r) => {
+                return match r {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(errno(e)),
+                }
+            }
+            Err(data) => data,
+        };
         self.spawn(
             move |fs, _, _| match fs.write_owned(ino.0, fh.0, offset, data) {
                 Ok(n) => reply.written(n),

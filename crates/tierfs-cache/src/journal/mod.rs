@@ -117,11 +117,29 @@ struct Tail {
 pub(crate) struct Run {
     seg: u64,
     off: u64,
+    /// Bytes the run covers: `buf` plus the `shared` payloads.
+    len: u64,
+    /// Headers, payload prefixes, small payloads and SEALs.
     buf: Vec<u8>,
+    /// Large DATA payloads, referred to rather than copied. The writer completes their
+    /// headers' CRCs and writes `buf` and them interleaved with one pwritev.
+    shared: Vec<SharedPayload>,
     /// Highest seq in `buf`.
     last_seq: u64,
     /// Caller records in `buf` (SEALs not counted).
     records: u64,
+}
+
+/// A DATA payload a run refers to (see `format::SHARE_MIN`).
+#[derive(Debug)]
+pub(crate) struct SharedPayload {
+    /// Where in the run's `buf` the payload goes (the bytes before it precede it).
+    pos: usize,
+    /// Where its record's header starts in `buf`.
+    hdr: usize,
+    /// Its record's CRC over seed, header and prefix; the writer appends the data's.
+    partial_crc: u32,
+    data: bytes::Bytes,
 }
 
 pub(crate) struct State {
@@ -172,13 +190,15 @@ impl State {
 
     /// The buffer the record at (`seg`, `off`) goes into.
     fn run_for(&mut self, seg: u64, off: u64) -> &mut Run {
-        let extend = matches!(self.runs.last(), Some(r) if r.seg == seg && r.off + r.buf.len() as u64 == off);
+        let extend = matches!(self.runs.last(), Some(r) if r.seg == seg && r.off + r.len == off);
         if !extend {
             let buf = self.spare.pop().unwrap_or_default();
             self.runs.push(Run {
                 seg,
                 off,
+                len: 0,
                 buf,
+                shared: Vec::new(),
                 last_seq: 0,
                 records: 0,
             });
@@ -194,6 +214,7 @@ impl State {
             self.next_seq += 1;
             let run = self.run_for(seg, off);
             format::encode_seal(&mut run.buf, seed, seq, off);
+            run.len += SEAL_LEN;
             run.last_seq = seq;
             self.queued += SEAL_LEN;
             self.tail.seg += 1;
@@ -420,6 +441,14 @@ impl Journal {
 
     /// Appends a record; returns its seq. The record is durable once `sync(seq)` returns.
     pub fn append(&self, rec: Record<'_>) -> Result<u64, JournalError> {
+        self.append_inner(rec, None)
+    }
+
+    fn append_inner(
+        &self,
+        rec: Record<'_>,
+        shared: Option<bytes::Bytes>,
+    ) -> Result<u64, JournalError> {
         if let Record::Data { file, .. } = &rec {
             if file.path.len() > MAX_PATH {
                 return Err(JournalError::Config(format!(
@@ -434,7 +463,7 @@ impl Journal {
         if len > max {
             return Err(JournalError::TooLarge { len, max });
         }
-        let p = format::prepare(&rec);
+        let p = format::prepare(&rec, shared);
         let mut st = self.sh.lock();
         st.usable()?;
         while st.queued > 0 && st.queued + len > cfg.max_buffer {
@@ -493,6 +522,22 @@ impl Journal {
         data: &[u8],
     ) -> Result<u64, JournalError> {
         self.append(Record::Data { file, offset, data })
+    }
+
+    /// [`Journal::append_data`] of a buffer the caller keeps (immutable, reference-counted):
+    /// the journal writes it from where it is instead of copying it into its batch.
+    pub fn append_data_shared(
+        &self,
+        file: &FileRef,
+        offset: u64,
+        data: &bytes::Bytes,
+    ) -> Result<u64, JournalError> {
+        let rec = Record::Data {
+            file,
+            offset,
+            data: &data[..],
+        };
+        self.append_inner(rec, Some(data.clone()))
     }
 
     /// Appends DONE: every DATA of (dev, ino) with seq <= `upto_seq` is on the backing store,
@@ -677,7 +722,18 @@ fn place(st: &mut State, p: &Prepared<'_>, len: u64) -> u64 {
     st.next_seq += 1;
     st.tail.off += len;
     let run = st.run_for(seg, off);
-    format::put(&mut run.buf, seed, seq, p);
+    let hdr = run.buf.len();
+    let open = format::put_head(&mut run.buf, seed, seq, p);
+    match (&p.shared, open) {
+        (Some(b), Some(partial_crc)) => run.shared.push(SharedPayload {
+            pos: run.buf.len(),
+            hdr,
+            partial_crc,
+            data: b.clone(),
+        }),
+        _ => run.buf.extend_from_slice(p.data),
+    }
+    run.len += len;
     run.last_seq = seq;
     run.records += 1;
     st.queued += len;

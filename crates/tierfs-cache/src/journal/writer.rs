@@ -9,7 +9,7 @@
 //! segment that is not the last and lacks its SEAL is damage, not a crash.
 
 use super::error::io_err;
-use super::{io, JournalError, Run, Shared};
+use super::{format, io, JournalError, Run, Shared};
 use std::fs::{File, OpenOptions};
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,10 +83,11 @@ impl Writer {
             self.sh.drained_cv.notify_all();
 
             let mut spare = Vec::new();
-            for run in runs {
-                self.write_run(&run)?;
+            for mut run in runs {
+                self.write_run(&mut run)?;
                 let mut buf = run.buf;
                 buf.clear();
+                drop(run.shared);
                 spare.push(buf);
             }
             let need = {
@@ -124,7 +125,7 @@ impl Writer {
                 || self.last_sync.elapsed() >= self.sh.cfg.sync_interval)
     }
 
-    fn write_run(&mut self, run: &Run) -> Result<(), JournalError> {
+    fn write_run(&mut self, run: &mut Run) -> Result<(), JournalError> {
         if self.cur.as_ref().map(|c| c.0) != Some(run.seg) {
             if self.unsynced {
                 self.sync_cur()?;
@@ -134,7 +135,19 @@ impl Writer {
             self.sh.lock().writer_seg = run.seg;
         }
         let (seg, f) = self.cur.as_ref().expect("current segment set above");
-        io::write_all_at(f, &run.buf, run.off).map_err(io_err("write", &self.sh.seg_path(*seg)))?;
+        // The callers did not wait for their payloads' checksums: complete the headers.
+        for sp in &run.shared {
+            format::finish_crc(&mut run.buf, sp.hdr, sp.partial_crc, &sp.data);
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * run.shared.len() + 1);
+        let mut at = 0;
+        for sp in &run.shared {
+            parts.push(&run.buf[at..sp.pos]);
+            parts.push(&sp.data);
+            at = sp.pos;
+        }
+        parts.push(&run.buf[at..]);
+        io::write_parts_at(f, &parts, run.off).map_err(io_err("write", &self.sh.seg_path(*seg)))?;
         self.unsynced = true;
         self.written_seq = run.last_seq;
         self.written_records += run.records;

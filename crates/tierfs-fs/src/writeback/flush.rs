@@ -26,6 +26,9 @@ pub(crate) enum Flushed {
     Failed,
 }
 
+/// Flush runs up to this size also create the RAM-tier blocks they cover (see the flush loop).
+const ALLOCATE_MAX: u64 = 1 << 20;
+
 impl<S: Store> Fs<S> {
     /// One flusher thread: takes the next dirty file in (device, inode) order after the
     /// last one taken (an elevator over the files) and flushes one group of it.
@@ -168,8 +171,12 @@ impl<S: Store> Fs<S> {
             {
                 // Exclusive, briefly. A fetch that overlapped the write saw the fingerprint
                 // move and was discarded (stale); cached blocks of this version are patched
-                // with what was written, as a write-through write does, so data read back
-                // after a flush stays in RAM.
+                // with what was written, so they stay valid. Blocks it covers whole are
+                // created too (as write-through does: data read back after a flush stays in
+                // RAM, and a just-modified file's fetches are not cached) for runs up to
+                // `ALLOCATE_MAX`; not for the large runs of a streaming writer, whose copy,
+                // under this lock, held up that writer's next write (its data is in the
+                // kernel's page cache anyway).
                 let _w = st.rw.write();
                 let v = st.version();
                 let after = self.store.fstat(&h).ok();
@@ -179,7 +186,11 @@ impl<S: Store> Fs<S> {
                         let (mut at, mut size) = (run.offset, v.fp.size);
                         for p in &run.pieces {
                             let grown = size.max(at + p.len() as u64);
-                            self.patch_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                            if len <= ALLOCATE_MAX {
+                                self.patch_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                            } else {
+                                self.patch_cached_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                            }
                             at += p.len() as u64;
                             size = grown;
                         }

@@ -99,6 +99,7 @@ impl<S: Store> Writeback<S> {
             dirty_hard: self.cfg.dirty_hard,
             oldest_dirty_ms: oldest,
             written_bytes: g(&c.written_bytes),
+            inline_writes: g(&c.inline_writes),
             flushed_bytes: g(&c.flushed_bytes),
             flush_writes: g(&c.flush_writes),
             flush_syncs: g(&c.flush_syncs),

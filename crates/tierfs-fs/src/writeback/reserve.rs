@@ -89,6 +89,26 @@ impl Reservations {
         Ok(n)
     }
 
+    /// [`Reservations::reserve`] from the credit at hand only: None when it would have to
+    /// ask the store for its free space first (credit short or older than `RESTAT`), so a
+    /// caller that must not block on the store can hand the write to a thread that may.
+    pub fn try_reserve(&self, offset: u64, len: u64) -> Option<u64> {
+        if len == 0 {
+            return Some(0);
+        }
+        let mut i = self.inner.lock();
+        if i.statted.is_none_or(|t| t.elapsed() >= RESTAT) {
+            return None;
+        }
+        let n = ((offset + len).div_ceil(i.block) - offset / i.block) * i.block;
+        if i.credit < n {
+            return None;
+        }
+        i.credit -= n;
+        i.reserved += n;
+        Some(n)
+    }
+
     /// `n` reserved bytes were flushed (or dropped): the store holds them now (or never will).
     pub fn release(&self, n: u64) {
         let mut i = self.inner.lock();

@@ -7,6 +7,7 @@ pub struct WbCounters {
     pub dirty_bytes: AtomicU64,
     pub dirty_files: AtomicU64,
     pub written_bytes: AtomicU64,
+    pub inline_writes: AtomicU64,
     pub flushed_bytes: AtomicU64,
     pub flush_writes: AtomicU64,
     pub flush_syncs: AtomicU64,
@@ -34,6 +35,9 @@ pub struct WbStats {
     /// Bytes/s written back, over the time since the previous stats call (at least 1 s).
     pub flush_rate_bps: u64,
     pub written_bytes: u64,
+    /// Writes acknowledged on the FUSE thread itself (no hand-off to the I/O pool).
+    #[serde(default)]
+    pub inline_writes: u64,
     pub flushed_bytes: u64,
     pub flush_writes: u64,
     pub flush_syncs: u64,

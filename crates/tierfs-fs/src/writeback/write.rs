@@ -94,17 +94,47 @@ impl<S: Store> Fs<S> {
         offset: u64,
         data: Bytes,
     ) -> Result<u32> {
+        match self.write_back_with(wb, of, offset, data, false) {
+            Ok(r) => r,
+            Err(_) => unreachable!("a blocking write-back write never hands its data back"),
+        }
+    }
+
+    /// [`Fs::write_back`], or with `inline` only if nothing in it can wait: no throttling
+    /// (below `dirty_soft`), reservation credit at hand, room in the journal, a backing name.
+    /// Otherwise the data comes back (`Err`) untouched, for a thread that may wait.
+    pub(crate) fn write_back_with(
+        &self,
+        wb: &Writeback<S>,
+        of: &OpenFile<S>,
+        offset: u64,
+        data: Bytes,
+        inline: bool,
+    ) -> std::result::Result<Result<u32>, Bytes> {
         let len = data.len() as u64;
         let Some(path) = self.backing_path(&of.inode) else {
+            if inline {
+                return Err(data);
+            }
             // No name to replay it under after a crash (unlinked while open): write through.
-            return self.write_through(of, offset, &data);
+            return Ok(self.write_through(of, offset, &data));
         };
-        self.throttle(wb, len);
-        let reserved = match wb.reserve.reserve(offset, len, || self.backing_free()) {
-            Ok(n) => n,
-            Err(e) => {
-                wb.c.enospc.fetch_add(1, Relaxed);
-                return Err(e);
+        let reserved = if inline {
+            if wb.dirty_bytes() + len > wb.cfg.dirty_soft {
+                return Err(data);
+            }
+            match wb.reserve.try_reserve(offset, len) {
+                Some(n) => n,
+                None => return Err(data),
+            }
+        } else {
+            self.throttle(wb, len);
+            match wb.reserve.reserve(offset, len, || self.backing_free()) {
+                Ok(n) => n,
+                Err(e) => {
+                    wb.c.enospc.fetch_add(1, Relaxed);
+                    return Ok(Err(e));
+                }
             }
         };
         let st = &of.state;
@@ -118,7 +148,7 @@ impl<S: Store> Fs<S> {
                 ino: st.backing_ino,
                 path: d.path.clone(),
             };
-            let seq = match wb.journal.append_data(&file, offset, &data) {
+            let seq = match wb.journal.append_data_shared(&file, offset, &data) {
                 Ok(seq) => seq,
                 Err(JournalError::Full { .. }) => {
                     // Wait for the flushers with no lock held: they need this file's too.
@@ -127,8 +157,12 @@ impl<S: Store> Fs<S> {
                     }
                     drop(g);
                     drop(_w);
-                    wb.c.journal_full_waits.fetch_add(1, Relaxed);
                     wb.notify();
+                    if inline {
+                        wb.reserve.release(reserved);
+                        return Err(data);
+                    }
+                    wb.c.journal_full_waits.fetch_add(1, Relaxed);
                     wb.journal
                         .wait_for_space(len + 4096, Duration::from_millis(100));
                     continue;
@@ -139,7 +173,7 @@ impl<S: Store> Fs<S> {
                         *g = None;
                     }
                     wb.reserve.release(reserved);
-                    return Err(Errno::EIO);
+                    return Ok(Err(Errno::EIO));
                 }
             };
             let before = d.bytes;
@@ -150,6 +184,9 @@ impl<S: Store> Fs<S> {
             let grown = d.bytes - before;
             wb.c.dirty_bytes.fetch_add(grown, Relaxed);
             wb.c.written_bytes.fetch_add(len, Relaxed);
+            if inline {
+                wb.c.inline_writes.fetch_add(1, Relaxed);
+            }
             st.has_dirty.store(true, Release);
             if was_clean {
                 let key = (st.backing_dev, st.backing_ino);
@@ -159,7 +196,7 @@ impl<S: Store> Fs<S> {
             }
             drop(g);
             wb.notify();
-            return Ok(len as u32);
+            return Ok(Ok(len as u32));
         }
     }
 
