@@ -17,6 +17,6 @@ pub use key::BlockKey;
 pub use ram::{RamCache, RamStats};
 pub use singleflight::{Claim, FlightGuard, SingleFlight};
 pub use ssd::{
-    Admit, AdmitError, SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR, KIND_DATA, KIND_DIR,
-    KIND_LINK,
+    Admit, AdmitError, SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR,
+    KIND_DATA, KIND_DIR, KIND_LINK,
 };

@@ -158,7 +158,11 @@ mod tests {
         let eta = b.take_or_eta(1 << 19, 0).unwrap_err().unwrap();
         assert!(eta > std::time::Duration::from_millis(400), "{eta:?}");
         assert!(eta <= std::time::Duration::from_millis(500), "{eta:?}");
-        assert_eq!(b.take_or_eta(2 << 20, 0), Err(None), "deeper than the bucket");
+        assert_eq!(
+            b.take_or_eta(2 << 20, 0),
+            Err(None),
+            "deeper than the bucket"
+        );
         b.set_rate(0);
         assert_eq!(b.take_or_eta(1 << 20, 0), Err(None), "no refill at rate 0");
     }

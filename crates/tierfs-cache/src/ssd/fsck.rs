@@ -152,7 +152,12 @@ pub fn check(dir: &Path) -> Result<SsdReport, SsdError> {
         }
         Ok(None) => return Ok(SsdReport::empty(dir, SuperblockState::Absent)),
         Err(e @ SsdError::Io { .. }) => return Err(e),
-        Err(e) => return Ok(SsdReport::empty(dir, SuperblockState::Damaged(e.to_string()))),
+        Err(e) => {
+            return Ok(SsdReport::empty(
+                dir,
+                SuperblockState::Damaged(e.to_string()),
+            ))
+        }
     };
     let sh = Shared::new(dir, SsdConfig::default(), sb.uuid, u64::MAX, true);
     let rec = recover::recover(&sh, Mode::Check)?;

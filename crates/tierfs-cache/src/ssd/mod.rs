@@ -34,8 +34,8 @@ mod tests;
 
 pub use error::SsdError;
 pub use stats::SsdStats;
-pub use warm::{Admit, AdmitError};
 pub use types::{SsdConfig, SsdIdentity, SsdKey, KIND_ATTR, KIND_DATA, KIND_DIR, KIND_LINK};
+pub use warm::{Admit, AdmitError};
 
 use budget::{Budget, HEADROOM};
 use bytes::Bytes;

@@ -53,11 +53,7 @@ pub enum CheckpointState {
     #[default]
     Missing,
     /// Loaded: the position it covers and its entries.
-    Loaded {
-        seq: u64,
-        off: u64,
-        entries: u64,
-    },
+    Loaded { seq: u64, off: u64, entries: u64 },
     /// There, but not usable (why): the index is rebuilt from the segment summaries.
     Unusable(String),
 }

@@ -26,7 +26,10 @@ fn offer_wait_waits_for_budget_instead_of_dropping() {
     let st = c.stats();
     assert_eq!(st.entries, 32, "every entry admitted: {st:?}");
     assert_eq!(st.dropped_budget, 0);
-    assert!(el >= Duration::from_millis(1500), "too fast for the budget: {el:?}");
+    assert!(
+        el >= Duration::from_millis(1500),
+        "too fast for the budget: {el:?}"
+    );
     let limit = (256 << 10) + (el.as_secs_f64() * (1 << 20) as f64) as u64 + (72 << 10);
     assert!(st.written_bytes <= limit, "{} > {limit}", st.written_bytes);
     // Already there: not written again.
@@ -120,11 +123,18 @@ fn fsck_reports_bad_entries_and_repair_drops_them() {
     assert_eq!(r.entries, 60);
     assert_eq!(r.entry_bytes, 600000);
     assert_eq!(r.bad_entries.len(), 2, "{r:?}");
-    let mut bad: Vec<u64> = r.bad_entries.iter().map(|b| b.key.idx + 16 * (b.key.ino - 1000)).collect();
+    let mut bad: Vec<u64> = r
+        .bad_entries
+        .iter()
+        .map(|b| b.key.idx + 16 * (b.key.ino - 1000))
+        .collect();
     bad.sort();
     assert_eq!(bad, vec![5, 33]);
     assert!(r.torn.is_empty());
-    assert!(matches!(r.checkpoint, fsck::CheckpointState::Loaded { entries: 60, .. }));
+    assert!(matches!(
+        r.checkpoint,
+        fsck::CheckpointState::Loaded { entries: 60, .. }
+    ));
     assert_eq!(r.problems().len(), 2);
 
     let done = fsck::repair(&r).expect("repair");
@@ -166,7 +176,10 @@ fn fsck_reports_torn_tails_and_bad_checkpoints_and_changes_nothing() {
         .map(|e| (e.file_name(), e.metadata().unwrap().len()))
         .collect();
     let r = fsck::check(d.path()).expect("check");
-    assert!(matches!(r.checkpoint, fsck::CheckpointState::Unusable(_)), "{r:?}");
+    assert!(
+        matches!(r.checkpoint, fsck::CheckpointState::Unusable(_)),
+        "{r:?}"
+    );
     assert_eq!(r.torn.len(), 1);
     assert_eq!((r.torn[0].at, r.torn[0].len), (len, len + 8192));
     assert_eq!(r.entries, 30);
@@ -194,7 +207,10 @@ fn fsck_reports_torn_tails_and_bad_checkpoints_and_changes_nothing() {
     assert!(done.checkpoint_written);
     let r = fsck::check(d.path()).expect("check");
     assert!(r.problems().is_empty(), "{:?}", r.problems());
-    assert!(matches!(r.checkpoint, fsck::CheckpointState::Loaded { entries: 30, .. }));
+    assert!(matches!(
+        r.checkpoint,
+        fsck::CheckpointState::Loaded { entries: 30, .. }
+    ));
 }
 
 #[test]
@@ -207,7 +223,10 @@ fn fsck_of_a_damaged_superblock_wipes_on_repair() {
     }
     flip(&d.path().join("superblock"), 60);
     let r = fsck::check(d.path()).expect("check");
-    assert!(matches!(r.superblock, fsck::SuperblockState::Damaged(_)), "{r:?}");
+    assert!(
+        matches!(r.superblock, fsck::SuperblockState::Damaged(_)),
+        "{r:?}"
+    );
     assert_eq!(r.problems().len(), 1);
     assert!(fsck::repair(&r).expect("repair").wiped);
     assert!(segments(d.path()).is_empty());
