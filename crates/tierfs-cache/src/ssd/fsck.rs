@@ -275,8 +275,15 @@ pub fn repair(report: &SsdReport) -> Result<Repaired, SsdError> {
         });
     };
     // Settings for the repair's own writes (tombstones, checkpoint): the directory's segment
-    // size; clusters small enough for it.
-    let mut cfg = SsdConfig::default();
+    // size, clusters small enough for it, and no cap or free-space share of the mount's own:
+    // a repair must not reclaim segments (drop good entries) to make room for a few
+    // tombstones; only a device without room for one more segment makes it do that.
+    let mut cfg = SsdConfig {
+        max_size: 0,
+        max_fill_pct: 100,
+        min_free_pct: 0,
+        ..SsdConfig::default()
+    };
     if sb.segment_size >= 8192 && sb.segment_size.is_multiple_of(4096) {
         cfg.segment_size = sb.segment_size;
         cfg.cluster_size = cfg.cluster_size.min(sb.segment_size / 2 / 4096 * 4096);

@@ -135,9 +135,12 @@ impl SsdCache {
         }
     }
 
-    /// Drops the entries of `keys` (whatever their version) and logs a tombstone for each one
-    /// that was stored, so they stay gone after a restart. Returns (entries, bytes) dropped.
+    /// Drops the entries of `keys` (whatever their version; also those admitted but still
+    /// queued) and logs a tombstone for each one that was stored, so they stay gone after a
+    /// restart. Returns (entries, bytes) dropped.
     pub fn evict(&self, keys: impl IntoIterator<Item = SsdKey>) -> (u64, u64) {
+        // Entries still queued would land after the eviction: write them first.
+        self.flush();
         let sh = &self.sh;
         let (mut n, mut bytes) = (0, 0);
         for key in keys {
