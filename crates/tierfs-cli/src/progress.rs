@@ -36,6 +36,8 @@ impl Progress {
                 .progress_chars("=> "),
             );
             b.set_message(format!("0/{total_files} files"));
+            // Redrawn while a large file is being warmed (progress moves a file at a time).
+            b.enable_steady_tick(Duration::from_millis(250));
             b
         });
         Progress {
