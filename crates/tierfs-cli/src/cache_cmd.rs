@@ -2,10 +2,10 @@
 //! request per object, the daemon's control handler passes it to [`handle`].
 //!
 //! ```text
-//! warm [nobudget] PATH   ->  {"ok":true,"size":..,"admitted_blocks":..,"admitted_bytes":..,
-//!                             "present_blocks":..,"present_bytes":..,"racy_wait_ms":..}
-//! evict PATH             ->  {"ok":true,"ram_blocks":..,"ssd_entries":..,"ssd_bytes":..}
-//! any failure            ->  {"error":"one line","fatal":bool}
+//! warm budget|nobudget PATH ->  {"ok":true,"size":..,"admitted_blocks":..,"admitted_bytes":..,
+//!                               "present_blocks":..,"present_bytes":..,"racy_wait_ms":..}
+//! evict PATH                ->  {"ok":true,"ram_blocks":..,"ssd_entries":..,"ssd_bytes":..}
+//! any failure               ->  {"error":"one line","fatal":bool}
 //! ```
 //! PATH is relative to the mount's root ("." for the root), its bytes percent-encoded so that
 //! any file name (spaces, newlines, bytes that are not UTF-8) fits on the one command line.
@@ -69,37 +69,47 @@ pub fn handle<S: Store>(fs: &Fs<S>, cmd: &str) -> Option<String> {
     if verb != "warm" && verb != "evict" {
         return None;
     }
-    let mut budget = true;
-    let mut path = None;
-    for w in words {
-        match w {
-            "nobudget" if verb == "warm" && path.is_none() => budget = false,
-            _ if path.is_none() => path = Some(w),
-            _ => return Some(error(format!("{verb}: too many arguments"), false)),
+    // The budget word is always there for warm, so no file name can be taken for it.
+    let budget = match (verb, words.next()) {
+        ("warm", Some("budget")) => true,
+        ("warm", Some("nobudget")) => false,
+        ("warm", _) => return Some(error("warm: expected budget or nobudget", false)),
+        (_, w) => {
+            return Some(match (w, words.next()) {
+                (Some(p), None) => evict(fs, p),
+                _ => error("evict: expected one path", false),
+            })
         }
-    }
-    let Some(rel) = path.and_then(decode_path) else {
-        return Some(error(format!("{verb}: missing or malformed path"), false));
     };
-    let shown = rel.display();
-    Some(match verb {
-        "warm" => match fs.warm_file(&rel, budget) {
-            Ok(r) => ok(r),
-            Err(e) => error(format!("{shown}: {e}"), e.fatal()),
-        },
-        _ => match fs.evict_path(&rel) {
-            Ok(r) => ok(r),
-            Err(e) => error(format!("{shown}: {e}"), false),
-        },
+    let path = match (words.next(), words.next()) {
+        (Some(p), None) => Some(p),
+        _ => return Some(error("warm: expected one path", false)),
+    };
+    let Some(rel) = path.and_then(decode_path) else {
+        return Some(error("warm: malformed path", false));
+    };
+    Some(match fs.warm_file(&rel, budget) {
+        Ok(r) => ok(r),
+        Err(e) => error(format!("{}: {e}", rel.display()), e.fatal()),
     })
+}
+
+fn evict<S: Store>(fs: &Fs<S>, path: &str) -> String {
+    let Some(rel) = decode_path(path) else {
+        return error("evict: malformed path", false);
+    };
+    match fs.evict_path(&rel) {
+        Ok(r) => ok(r),
+        Err(e) => error(format!("{}: {e}", rel.display()), false),
+    }
 }
 
 /// The request line for one object.
 pub fn request_line(verb: &str, rel: &Path, budget: bool) -> String {
-    let flag = if verb == "warm" && !budget {
-        " nobudget"
-    } else {
-        ""
+    let flag = match (verb, budget) {
+        ("warm", true) => " budget",
+        ("warm", false) => " nobudget",
+        _ => "",
     };
     format!("{verb}{flag} {}", encode_path(rel))
 }
@@ -133,6 +143,10 @@ mod tests {
         assert_eq!(
             request_line("warm", Path::new("a b"), false),
             "warm nobudget a%20b"
+        );
+        assert_eq!(
+            request_line("warm", Path::new("nobudget"), true),
+            "warm budget nobudget"
         );
         assert_eq!(request_line("evict", Path::new("a"), false), "evict a");
     }
