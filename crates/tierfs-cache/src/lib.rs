@@ -10,12 +10,13 @@ mod singleflight;
 pub mod ssd;
 
 pub use journal::{
-    FileRef, Journal, JournalConfig, JournalError, JournalStats, PendingWrite, Record, Replay,
+    FileRef, Journal, JournalConfig, JournalError, JournalReport, JournalState, JournalStats,
+    PendingWrite, Record, Replay,
 };
 pub use key::BlockKey;
 pub use ram::{RamCache, RamStats};
 pub use singleflight::{Claim, FlightGuard, SingleFlight};
 pub use ssd::{
-    SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR, KIND_DATA, KIND_DIR,
-    KIND_LINK,
+    Admit, AdmitError, SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR,
+    KIND_DATA, KIND_DIR, KIND_LINK,
 };

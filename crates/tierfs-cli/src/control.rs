@@ -99,3 +99,18 @@ pub fn serve(socket: &Path, handle: impl Fn(&str) -> String + Send + 'static) ->
         })?;
     Ok(())
 }
+
+/// [`request`] for a command that may take long (`tierfs warm` of a large file waits for the
+/// SSD write budget): no timeout on the answer. A daemon that dies closes the socket, which
+/// ends the wait with an error.
+pub fn request_patient(socket: &Path, cmd: &str) -> Result<String> {
+    let mut s = UnixStream::connect(socket)
+        .with_context(|| format!("control socket {}", socket.display()))?;
+    writeln!(s, "{cmd}")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    if line.is_empty() {
+        bail!("the daemon closed the control socket without answering");
+    }
+    Ok(line)
+}

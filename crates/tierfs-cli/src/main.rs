@@ -1,9 +1,13 @@
 //! The `tierfs` command.
 
+mod cache_cmd;
 mod config;
 mod control;
+mod fsck_cmd;
 mod mount_cmd;
+mod progress;
 mod stats_cmd;
+mod warm_cmd;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -51,6 +55,33 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Pre-load files (and the files of directories, recursively) into the SSD tier of the
+    /// tierfs mount they are on.
+    Warm {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Write to the SSD tier as fast as it goes, ignoring its write budget
+        /// (ssd.write_rate, ssd.write_burst)
+        #[arg(long)]
+        no_budget: bool,
+        /// Files warmed at once
+        #[arg(short = 'j', long, default_value_t = 4)]
+        jobs: usize,
+    },
+    /// Drop files (and directories, recursively) from the RAM and SSD tiers of their mount.
+    Evict {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Check a cache directory offline (its SSD tier and write-back journal); exit 0 if clean,
+    /// 1 if problems were found, 2 if it could not be checked.
+    Fsck {
+        cache_dir: PathBuf,
+        /// Repair what can be repaired, so the next mount starts cleanly (a journal with
+        /// pending writes is never deleted)
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 /// mount(8) runs `mount.fuse.tierfs BACKING MOUNTPOINT [-sfnv] [-o OPTS]` (and mount.fuse3
@@ -61,7 +92,18 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
         .map(|a| PathBuf::from(a).file_name().unwrap_or_default().to_owned())
         .unwrap_or_default();
     let helper = argv0.to_string_lossy().starts_with("mount.");
-    let known = ["mount", "stats", "help", "-h", "--help", "-V", "--version"];
+    let known = [
+        "mount",
+        "stats",
+        "warm",
+        "evict",
+        "fsck",
+        "help",
+        "-h",
+        "--help",
+        "-V",
+        "--version",
+    ];
     let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
     let needs_mount =
         helper || matches!(&first, Some(f) if !known.contains(&f.as_str()) && !f.starts_with('-'));
@@ -128,6 +170,19 @@ fn main() {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             stats_cmd::run(&mountpoint, json)
         }
+        Cmd::Warm {
+            paths,
+            no_budget,
+            jobs,
+        } => warm_cmd::warm(&paths, !no_budget, jobs),
+        Cmd::Evict { paths } => warm_cmd::evict(&paths),
+        Cmd::Fsck { cache_dir, repair } => match fsck_cmd::run(&cache_dir, repair) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => {
+                eprintln!("tierfs: {e:#}");
+                std::process::exit(2);
+            }
+        },
     };
     if let Err(e) = result {
         eprintln!("tierfs: {e:#}");

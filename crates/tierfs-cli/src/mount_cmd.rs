@@ -295,9 +295,10 @@ fn serve(
         control::serve(&socket, move |cmd| match cmd {
             "stats" => serde_json::to_string(&stats_fs.stats())
                 .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
-            other => {
+            // `tierfs warm` / `tierfs evict` (cache_cmd.rs), else unknown.
+            other => crate::cache_cmd::handle(&stats_fs, other).unwrap_or_else(|| {
                 serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string()
-            }
+            }),
         })?;
         let signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGINT,

@@ -415,7 +415,7 @@ impl<S: Store> Fs<S> {
         self.ssd.is_some() && self.meta.enabled()
     }
 
-    fn meta_key(kind: u8, a: &Attr) -> SsdKey {
+    pub(crate) fn meta_key(kind: u8, a: &Attr) -> SsdKey {
         SsdKey {
             kind,
             dev: a.dev,
@@ -1180,6 +1180,7 @@ impl<S: Store> Fs<S> {
             file_states: self.inodes.file_states() as u64,
             open_files: self.files.len() as u64,
             open_dirs: self.dirs.len() as u64,
+            warm: s.warm.snapshot(),
         }
     }
 }

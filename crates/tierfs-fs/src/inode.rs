@@ -177,6 +177,11 @@ impl<S: Store> InodeTable<S> {
         self.inodes.len()
     }
 
+    /// The cache state of a backing file, if one is kept.
+    pub fn file_state_of(&self, id: (u64, u64)) -> Option<Arc<FileState>> {
+        self.files.get(&id).map(|f| f.clone())
+    }
+
     pub fn file_states(&self) -> usize {
         self.files.len()
     }

@@ -13,6 +13,7 @@ mod meta_codec;
 mod pool;
 mod read;
 mod stats;
+mod warm;
 mod write;
 mod writeback;
 mod writebuf;
@@ -27,6 +28,7 @@ pub use tierfs_cache::{SsdCache, SsdConfig, SsdError, SsdIdentity, SsdStats};
 pub use tierfs_store::{
     Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
 };
+pub use warm::{EvictReport, WarmError, WarmReport, WarmStats};
 pub use writeback::{CloseMode, FsyncMode, ReserveStats, WbConfig, WbMode, WbStats};
 
 /// Inode number of the root directory, as FUSE requires.

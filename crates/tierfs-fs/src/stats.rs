@@ -38,6 +38,8 @@ pub struct FsStats {
     /// Implicit per-inode files made for reads and writes of files the kernel opened
     /// without asking (FUSE no-open, `meta.cto=off`).
     pub implicit_files: AtomicU64,
+    /// `tierfs warm` / `tierfs evict` requests.
+    pub warm: crate::warm::WarmCounters,
 }
 
 /// Everything `tierfs stats` shows, as one serializable snapshot.
@@ -78,6 +80,9 @@ pub struct StatsSnapshot {
     pub file_states: u64,
     pub open_files: u64,
     pub open_dirs: u64,
+    /// `tierfs warm` / `tierfs evict` requests.
+    #[serde(default)]
+    pub warm: crate::warm::WarmStats,
 }
 
 impl FsStats {

@@ -13,6 +13,7 @@
 
 mod error;
 mod format;
+mod inspect;
 mod io;
 mod replay;
 mod space;
@@ -25,6 +26,7 @@ mod tests;
 
 pub use error::JournalError;
 pub use format::{FileRef, Record, MAX_PATH};
+pub use inspect::{JournalReport, JournalState};
 pub use replay::{PendingWrite, Replay};
 pub use stats::JournalStats;
 
@@ -361,21 +363,7 @@ impl Journal {
             io::fdatasync(f).map_err(io_err("fdatasync", path))?;
         }
 
-        let mut space = Space {
-            used: sc.segs.values().map(|i| i.size).sum(),
-            segs: sc.segs,
-            ..Space::default()
-        };
-        for (k, upto) in sc.marks {
-            space.mark(k, upto);
-        }
-        let mut rp = sc.replay;
-        rp.pending = sc
-            .data
-            .into_iter()
-            .filter(|d| !space.covered(&(d.file.dev, d.file.ino), d.seq))
-            .collect();
-        rp.pending_bytes = rp.pending.iter().map(|p| p.len as u64).sum();
+        let (space, rp) = pending_of(sc.segs, sc.marks, sc.data, sc.replay);
 
         let last_seg = seg_list.last().copied().unwrap_or(0);
         let c = Counters {
@@ -714,6 +702,29 @@ impl Drop for Journal {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// The space the scanned segments take, and the DATA records no DONE/DROP covers.
+pub(crate) fn pending_of(
+    segs: BTreeMap<u64, space::SegInfo>,
+    marks: rustc_hash::FxHashMap<Key, u64>,
+    data: Vec<PendingWrite>,
+    mut rp: Replay,
+) -> (Space, Replay) {
+    let mut space = Space {
+        used: segs.values().map(|i| i.size).sum(),
+        segs,
+        ..Space::default()
+    };
+    for (k, upto) in marks {
+        space.mark(k, upto);
+    }
+    rp.pending = data
+        .into_iter()
+        .filter(|d| !space.covered(&(d.file.dev, d.file.ino), d.seq))
+        .collect();
+    rp.pending_bytes = rp.pending.iter().map(|p| p.len as u64).sum();
+    (space, rp)
 }
 
 /// Puts a prepared record at the tail (which has room for it); returns its seq.

@@ -30,8 +30,25 @@ pub(crate) struct Superblock {
     pub segment_size: u64,
 }
 
-/// Reads and checks the superblock of `dir`. `Ok(None)` if there is none.
+/// Reads and checks the superblock of `dir` against the store of the mount. `Ok(None)` if
+/// there is none.
 pub(crate) fn load(dir: &Path, store_id: &str) -> Result<Option<Superblock>, JournalError> {
+    let Some((sb, id)) = read(dir)? else {
+        return Ok(None);
+    };
+    if id != store_id {
+        return Err(JournalError::WrongStore {
+            dir: dir.to_path_buf(),
+            found: id,
+            expected: store_id.to_string(),
+        });
+    }
+    Ok(Some(sb))
+}
+
+/// Reads and checks the superblock of `dir`, whatever store it belongs to; returns it with
+/// the store id it records. `Ok(None)` if there is none.
+pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, String)>, JournalError> {
     let path = dir.join(FILE);
     let b = match fs::read(&path) {
         Ok(b) => b,
@@ -61,20 +78,14 @@ pub(crate) fn load(dir: &Path, store_id: &str) -> Result<Option<Superblock>, Jou
     let Some(id) = b.get(ID_AT..ID_AT + id_len).filter(|_| id_len <= MAX_ID) else {
         return Err(damaged("store id length out of range"));
     };
-    let id = String::from_utf8_lossy(id);
-    if id != store_id {
-        return Err(JournalError::WrongStore {
-            dir: dir.to_path_buf(),
-            found: id.into_owned(),
-            expected: store_id.to_string(),
-        });
-    }
+    let id = String::from_utf8_lossy(id).into_owned();
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[16..32]);
-    Ok(Some(Superblock {
+    let sb = Superblock {
         uuid,
         segment_size: get_u64(&b, 40).unwrap_or(0),
-    }))
+    };
+    Ok(Some((sb, id)))
 }
 
 /// Writes the superblock: temp file, fsync, rename, fsync of the directory.

@@ -625,3 +625,54 @@ fn throughput_1gib_in_512k_records() {
     );
     assert_eq!(st.records_appended as usize, n + n / per_sync);
 }
+
+#[test]
+fn inspect_reports_pending_and_torn_tails_without_changing_anything() {
+    let d = TempDir::new().unwrap();
+    let dir = d.path();
+    assert_eq!(Journal::inspect(dir).unwrap().state, JournalState::Absent);
+    {
+        let (j, _) = open(dir, cfg());
+        let a = j.append_data(&file(1), 0, &bytes(1, 5000)).unwrap();
+        j.append_data(&file(2), 100, &bytes(2, 3000)).unwrap();
+        j.done(77, 1, a).unwrap();
+        j.sync_all().unwrap();
+        j.shutdown();
+    }
+    let r = Journal::inspect(dir).unwrap();
+    assert_eq!(r.state, JournalState::Ok);
+    assert_eq!(r.store_id.as_deref(), Some("store-a"));
+    assert_eq!(r.pending.len(), 1, "file 1 is done, file 2 pending: {r:?}");
+    assert_eq!(r.pending[0].file, file(2));
+    assert_eq!(r.pending_bytes, 3000);
+    assert!(r.torn_tail.is_none());
+
+    // Garbage right after the last record of the (unsealed) last segment: a torn tail.
+    let last = dir.join(replay::seg_name(*segs(dir).last().unwrap()));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+        f.write_all_at(&[0xEE; 100], r.bytes).unwrap();
+    }
+    let snapshot = || -> Vec<_> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot();
+    let r = Journal::inspect(dir).unwrap();
+    assert!(r.torn_tail.is_some(), "{r:?}");
+    assert_eq!(r.pending.len(), 1);
+    assert!(before == snapshot(), "inspect changed the journal");
+    // Sealing it (fsck --repair) keeps the pending write for the next open.
+    Journal::seal_torn_tail(dir, "store-a").unwrap();
+    let r = Journal::inspect(dir).unwrap();
+    assert!(r.torn_tail.is_none(), "{r:?}");
+    assert_eq!(r.pending.len(), 1, "the pending write survives the repair");
+    let (j, rp) = open(dir, cfg());
+    assert_eq!(j.read_pending(&rp.pending[0]).unwrap(), bytes(2, 3000));
+}

@@ -80,6 +80,25 @@ impl Budget {
         false
     }
 
+    /// [`Budget::try_take`], or how long until `n + headroom` tokens could be there at the
+    /// current rate (None: never, the rate is 0 or the bucket is too shallow to hold them).
+    pub fn take_or_eta(&self, n: u64, headroom: u64) -> Result<(), Option<std::time::Duration>> {
+        let mut b = self.b.lock();
+        b.refill(Instant::now());
+        let need = n as i128 + headroom as i128;
+        if b.tokens >= need {
+            b.tokens -= n as i128;
+            return Ok(());
+        }
+        if b.rate == 0 || need > b.depth as i128 {
+            return Err(None);
+        }
+        let ns = (need - b.tokens) as u128 * 1_000_000_000 / b.rate as u128;
+        Err(Some(std::time::Duration::from_nanos(
+            ns.min(u64::MAX as u128) as u64,
+        )))
+    }
+
     /// Settles a cluster: `delta` > 0 is charged even if it overdraws, < 0 is refunded.
     pub fn settle(&self, delta: i128) {
         let mut b = self.b.lock();
@@ -130,6 +149,22 @@ mod tests {
         b.settle(3000);
         assert_eq!(b.state().2, 0);
         assert!(!b.try_take(1, 0));
+    }
+
+    #[test]
+    fn eta_says_when_tokens_come_back() {
+        let b = Budget::new(1 << 20, 1 << 20);
+        assert_eq!(b.take_or_eta(1 << 20, 0), Ok(()));
+        let eta = b.take_or_eta(1 << 19, 0).unwrap_err().unwrap();
+        assert!(eta > std::time::Duration::from_millis(400), "{eta:?}");
+        assert!(eta <= std::time::Duration::from_millis(500), "{eta:?}");
+        assert_eq!(
+            b.take_or_eta(2 << 20, 0),
+            Err(None),
+            "deeper than the bucket"
+        );
+        b.set_rate(0);
+        assert_eq!(b.take_or_eta(1 << 20, 0), Err(None), "no refill at rate 0");
     }
 
     #[test]

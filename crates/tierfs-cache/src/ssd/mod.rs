@@ -15,6 +15,7 @@ mod aligned;
 mod budget;
 mod checkpoint;
 mod error;
+pub mod fsck;
 mod index;
 pub(crate) mod io;
 mod layout;
@@ -24,6 +25,7 @@ mod segment;
 mod stats;
 mod superblock;
 mod types;
+mod warm;
 mod window;
 mod writer;
 
@@ -33,6 +35,7 @@ mod tests;
 pub use error::SsdError;
 pub use stats::SsdStats;
 pub use types::{SsdConfig, SsdIdentity, SsdKey, KIND_ATTR, KIND_DATA, KIND_DIR, KIND_LINK};
+pub use warm::{Admit, AdmitError};
 
 use budget::{Budget, HEADROOM};
 use bytes::Bytes;
@@ -76,6 +79,29 @@ pub(crate) struct Shared {
     pub max_entry: u32,
     /// Read-around windows for small entries.
     pub windows: Arc<window::Windows>,
+}
+
+impl Shared {
+    fn new(dir: &Path, cfg: SsdConfig, uuid: [u8; 16], cap: u64, direct: bool) -> Shared {
+        Shared {
+            dir: dir.to_path_buf(),
+            uuid,
+            seed: store_seed(&uuid),
+            index: Index::new(),
+            pending: Pending::new(),
+            budget: Budget::new(cfg.write_rate, cfg.write_burst),
+            ctr: Counters::default(),
+            direct: AtomicBool::new(direct),
+            fill: AtomicU64::new(0),
+            cap,
+            segments: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            queued_bytes: AtomicU64::new(0),
+            max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
+            windows: Arc::new(window::Windows::default()),
+            cfg,
+        }
+    }
 }
 
 /// Messages the queue holds at most; entries are also bounded in bytes (`QUEUE_CLUSTERS`).
@@ -167,26 +193,9 @@ impl SsdCache {
                 cfg.segment_size
             )));
         }
-        let sh = Arc::new(Shared {
-            dir: dir.to_path_buf(),
-            uuid: sb.uuid,
-            seed: store_seed(&sb.uuid),
-            index: Index::new(),
-            pending: Pending::new(),
-            budget: Budget::new(cfg.write_rate, cfg.write_burst),
-            ctr: Counters::default(),
-            direct: AtomicBool::new(direct),
-            fill: AtomicU64::new(0),
-            cap,
-            segments: AtomicU64::new(0),
-            full: AtomicBool::new(false),
-            queued_bytes: AtomicU64::new(0),
-            max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
-            windows: Arc::new(window::Windows::default()),
-            cfg,
-        });
+        let sh = Arc::new(Shared::new(dir, cfg, sb.uuid, cap, direct));
         sh.windows.start_prefetch();
-        let rec = recover::recover(&sh)?;
+        let rec = recover::recover(&sh, recover::Mode::Repair)?;
         sh.fill
             .store(rec.segs.values().map(|s| s.len).sum(), Relaxed);
         sh.segments.store(rec.segs.len() as u64, Relaxed);
@@ -410,6 +419,7 @@ impl SsdCache {
             version,
             data,
             charge,
+            budgeted: true,
         };
         match self.tx.try_send(msg) {
             Ok(()) => {

@@ -17,6 +17,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -34,18 +35,76 @@ pub(crate) struct Recovered {
     /// The checkpoint describes the directory exactly (nothing newer, nothing cut off): no
     /// need to write another one until something changes.
     pub clean: bool,
+    /// What the rebuild found on the way (`tierfs fsck` reports it).
+    pub found: Findings,
+}
+
+/// Whether recovery repairs what it finds (`open`) or only reports it (`tierfs fsck`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Repair,
+    Check,
+}
+
+/// The state of the checkpoint as recovery found it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CheckpointState {
+    /// None there (a tier that never wrote one, e.g. killed within its first interval).
+    #[default]
+    Missing,
+    /// Loaded: the position it covers and its entries.
+    Loaded { seq: u64, off: u64, entries: u64 },
+    /// There, but not usable (why): the index is rebuilt from the segment summaries.
+    Unusable(String),
+}
+
+/// A segment whose scan stopped before its end: a torn or damaged cluster.
+#[derive(Clone, Debug)]
+pub struct TornTail {
+    pub path: PathBuf,
+    /// Where the valid clusters end.
+    pub at: u64,
+    /// The file's length (the bytes from `at` on are dropped).
+    pub len: u64,
+    pub why: &'static str,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Findings {
+    pub checkpoint: CheckpointState,
+    pub torn: Vec<TornTail>,
+    /// Clusters read from segment summaries (those after the checkpoint's position).
+    pub scanned_clusters: u64,
+    /// Checkpoint entries whose segment is gone or too short (reclaimed or cut after it).
+    pub cp_dropped: u64,
+    pub empty_segments: Vec<PathBuf>,
+    /// Segment files that could not be opened (skipped), and why.
+    pub unopenable: Vec<(PathBuf, String)>,
+    /// A `checkpoint.tmp` (a checkpoint being written when the process died).
+    pub tmp_leftover: bool,
 }
 
 /// How much of a cluster the scan reads at once: the header and, usually, the whole summary.
 const SCAN_CHUNK: usize = 32 << 10;
 
-pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
+/// Rebuilds the index from the checkpoint and the summaries after it. With `Mode::Repair`
+/// torn tails are cut off and leftovers removed; with `Mode::Check` nothing on disk changes
+/// (the index is what the next `open` would rebuild).
+pub(crate) fn recover(sh: &Shared, mode: Mode) -> Result<Recovered, SsdError> {
     let dir = &sh.dir;
-    let mut segs = open_segments(sh)?;
+    let mut found = Findings::default();
+    let mut segs = open_segments(sh, mode, &mut found)?;
     let mut clean = true;
     let pos = match checkpoint::load(dir, &sh.uuid, sh.seed) {
         Ok(Some((pos, entries))) => {
-            load_checkpoint(sh, &segs, entries);
+            let n = entries.len() as u64;
+            let kept = load_checkpoint(sh, &segs, entries);
+            found.cp_dropped = n - kept;
+            found.checkpoint = CheckpointState::Loaded {
+                seq: pos.seq,
+                off: pos.off,
+                entries: n,
+            };
             pos
         }
         Ok(None) => {
@@ -57,6 +116,7 @@ pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
                 "SSD cache: checkpoint in {} unusable ({why}); rebuilding from segment summaries",
                 dir.display()
             );
+            found.checkpoint = CheckpointState::Unusable(why);
             clean = false;
             Pos::default()
         }
@@ -67,8 +127,18 @@ pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
             continue;
         }
         clean = false;
-        let (end, why) = scan_segment(sh, info, start);
+        let (end, why, clusters) = scan_segment(sh, info, start);
+        found.scanned_clusters += clusters;
         if end < info.len {
+            found.torn.push(TornTail {
+                path: info.seg.path.clone(),
+                at: end,
+                len: info.len,
+                why: why.unwrap_or("?"),
+            });
+            if mode == Mode::Check {
+                continue;
+            }
             tracing::warn!(
                 "SSD cache: {} ends in a damaged or torn cluster at byte {end} ({}); dropping the {} bytes after it",
                 info.seg.path.display(),
@@ -93,11 +163,16 @@ pub(crate) fn recover(sh: &Shared) -> Result<Recovered, SsdError> {
         next_seq,
         entries: sh.index.len(),
         clean,
+        found,
     })
 }
 
-/// Opens every segment file; removes empty ones and leftover temp files.
-fn open_segments(sh: &Shared) -> Result<BTreeMap<u64, SegInfo>, SsdError> {
+/// Opens every segment file; removes empty ones and leftover temp files (`Mode::Repair`).
+fn open_segments(
+    sh: &Shared,
+    mode: Mode,
+    found: &mut Findings,
+) -> Result<BTreeMap<u64, SegInfo>, SsdError> {
     let dir = &sh.dir;
     let mut seqs = Vec::new();
     for ent in fs::read_dir(dir).map_err(io_err("list", dir))? {
@@ -107,7 +182,10 @@ fn open_segments(sh: &Shared) -> Result<BTreeMap<u64, SegInfo>, SsdError> {
         if let Some(seq) = segment::parse_name(name) {
             seqs.push(seq);
         } else if name == checkpoint::TMP {
-            let _ = fs::remove_file(ent.path());
+            found.tmp_leftover = true;
+            if mode == Mode::Repair {
+                let _ = fs::remove_file(ent.path());
+            }
         }
     }
     seqs.sort_unstable();
@@ -120,11 +198,15 @@ fn open_segments(sh: &Shared) -> Result<BTreeMap<u64, SegInfo>, SsdError> {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("SSD cache: skipping {}: {e}", path.display());
+                found.unopenable.push((path, e.to_string()));
                 continue;
             }
         };
         if len == 0 {
-            let _ = fs::remove_file(&path);
+            if mode == Mode::Repair {
+                let _ = fs::remove_file(&path);
+            }
+            found.empty_segments.push(path);
             continue;
         }
         let seg = Arc::new(Segment::new(seq, path, file));
@@ -134,8 +216,12 @@ fn open_segments(sh: &Shared) -> Result<BTreeMap<u64, SegInfo>, SsdError> {
 }
 
 /// Puts the checkpoint's entries in the index; those whose segment is gone (reclaimed after
-/// the checkpoint) or shorter than the entry are dropped.
-fn load_checkpoint(sh: &Shared, segs: &BTreeMap<u64, SegInfo>, entries: Vec<checkpoint::CpEntry>) {
+/// the checkpoint) or shorter than the entry are dropped. Returns how many it kept.
+fn load_checkpoint(
+    sh: &Shared,
+    segs: &BTreeMap<u64, SegInfo>,
+    entries: Vec<checkpoint::CpEntry>,
+) -> u64 {
     let by_seq: FxHashMap<u64, (&Arc<Segment>, u64)> =
         segs.iter().map(|(s, i)| (*s, (&i.seg, i.len))).collect();
     let mut keys: FxHashMap<u64, Vec<_>> = FxHashMap::default();
@@ -160,20 +246,23 @@ fn load_checkpoint(sh: &Shared, segs: &BTreeMap<u64, SegInfo>, entries: Vec<chec
             },
         ));
     }
+    let kept = batch.len() as u64;
     sh.index.insert_batch(batch);
     for (seq, k) in keys {
         if let Some(info) = segs.get(&seq) {
             info.seg.keys.lock().extend(k);
         }
     }
+    kept
 }
 
 /// Applies the summaries of the clusters from `start` on, in order. Returns where the valid
-/// clusters end, and why the scan stopped early if it did.
-fn scan_segment(sh: &Shared, info: &SegInfo, start: u64) -> (u64, Option<&'static str>) {
+/// clusters end, why the scan stopped early if it did, and how many clusters it applied.
+fn scan_segment(sh: &Shared, info: &SegInfo, start: u64) -> (u64, Option<&'static str>, u64) {
     let Some(mut buf) = AlignedBuf::new(SCAN_CHUNK) else {
-        return (start, Some("out of memory"));
+        return (start, Some("out of memory"), 0);
     };
+    let mut clusters = 0;
     let seg = &info.seg;
     let mut keys = Vec::new();
     let mut off = start;
@@ -244,8 +333,9 @@ fn scan_segment(sh: &Shared, info: &SegInfo, start: u64) -> (u64, Option<&'stati
         if let Err(why) = walked {
             break Some(why);
         }
+        clusters += 1;
         off += hdr.cluster_len as u64;
     };
     seg.keys.lock().extend(keys);
-    (off, stop)
+    (off, stop, clusters)
 }

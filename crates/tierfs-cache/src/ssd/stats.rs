@@ -13,6 +13,10 @@ pub struct SsdStats {
     /// Entries `offer` queued for writing.
     pub admitted: u64,
     pub admitted_bytes: u64,
+    /// Of `admitted_bytes`, admitted without the write budget (`tierfs warm --no-budget`).
+    pub admitted_unbudgeted_bytes: u64,
+    /// Entries dropped on request (`tierfs evict`).
+    pub evicted: u64,
     /// Offers refused: not enough write budget.
     pub dropped_budget: u64,
     /// Offers refused: the writer's queue is full.
@@ -61,6 +65,8 @@ pub(crate) struct Counters {
     pub clusters_written: AtomicU64,
     pub admitted: AtomicU64,
     pub admitted_bytes: AtomicU64,
+    pub admitted_unbudgeted_bytes: AtomicU64,
+    pub evicted: AtomicU64,
     pub dropped_budget: AtomicU64,
     pub dropped_queue: AtomicU64,
     pub dropped_full: AtomicU64,
@@ -92,6 +98,8 @@ impl Counters {
             clusters_written: g(&self.clusters_written),
             admitted: g(&self.admitted),
             admitted_bytes: g(&self.admitted_bytes),
+            admitted_unbudgeted_bytes: g(&self.admitted_unbudgeted_bytes),
+            evicted: g(&self.evicted),
             dropped_budget: g(&self.dropped_budget),
             dropped_queue: g(&self.dropped_queue),
             dropped_full: g(&self.dropped_full),

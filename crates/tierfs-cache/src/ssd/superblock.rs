@@ -27,8 +27,32 @@ pub(crate) struct Superblock {
     pub segment_size: u64,
 }
 
-/// Reads and checks the superblock of `dir`. `Ok(None)` if there is none.
+/// Reads and checks the superblock of `dir` against the identity of the mount. `Ok(None)` if
+/// there is none.
 pub(crate) fn load(dir: &Path, ident: &SsdIdentity) -> Result<Option<Superblock>, SsdError> {
+    let Some((sb, found)) = read(dir)? else {
+        return Ok(None);
+    };
+    if found.store_id != ident.store_id {
+        return Err(SsdError::WrongStore {
+            dir: dir.to_path_buf(),
+            found: found.store_id,
+            expected: ident.store_id.clone(),
+        });
+    }
+    if found.block_size != ident.block_size {
+        return Err(SsdError::WrongBlockSize {
+            dir: dir.to_path_buf(),
+            found: found.block_size,
+            expected: ident.block_size,
+        });
+    }
+    Ok(Some(sb))
+}
+
+/// Reads and checks the superblock of `dir`, whatever store it belongs to (`tierfs fsck`
+/// learns the identity from it). `Ok(None)` if there is none.
+pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, SsdIdentity)>, SsdError> {
     let path = dir.join(FILE);
     let b = match fs::read(&path) {
         Ok(b) => b,
@@ -57,28 +81,17 @@ pub(crate) fn load(dir: &Path, ident: &SsdIdentity) -> Result<Option<Superblock>
     let Some(id) = b.get(ID_AT..ID_AT + id_len).filter(|_| id_len <= MAX_ID) else {
         return Err(damaged("superblock store id length out of range".into()));
     };
-    let id = String::from_utf8_lossy(id);
-    if id != ident.store_id {
-        return Err(SsdError::WrongStore {
-            dir: dir.to_path_buf(),
-            found: id.into_owned(),
-            expected: ident.store_id.clone(),
-        });
-    }
-    let block_size = get_u32(&b, 12).unwrap_or(0);
-    if block_size != ident.block_size {
-        return Err(SsdError::WrongBlockSize {
-            dir: dir.to_path_buf(),
-            found: block_size,
-            expected: ident.block_size,
-        });
-    }
+    let ident = SsdIdentity {
+        store_id: String::from_utf8_lossy(id).into_owned(),
+        block_size: get_u32(&b, 12).unwrap_or(0),
+    };
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[24..40]);
-    Ok(Some(Superblock {
+    let sb = Superblock {
         uuid,
         segment_size: get_u64(&b, 16).unwrap_or(0),
-    }))
+    };
+    Ok(Some((sb, ident)))
 }
 
 /// Writes the superblock: temp file, fsync, rename, fsync of the directory.

@@ -27,7 +27,11 @@ pub(crate) enum Msg {
         key: SsdKey,
         version: u64,
         data: Bytes,
+        /// The estimated cost (`budget::charge`).
         charge: u64,
+        /// The charge was taken from the write budget (false: `offer_wait` without budget,
+        /// whose bytes the bucket never pays for).
+        budgeted: bool,
     },
     Remove(SsdKey),
     Flush(Sender<()>),
@@ -49,6 +53,7 @@ struct Item {
     len: u32,
     data_off: u32,
     charge: u64,
+    budgeted: bool,
     crcs: Arc<[u32]>,
     kind: Kind,
 }
@@ -133,11 +138,12 @@ impl Writer {
                 version,
                 data,
                 charge,
+                budgeted,
             } => {
                 self.sh.queued_bytes.fetch_sub(data.len() as u64, Relaxed);
-                self.add(key, version, &data, charge, Kind::Put);
+                self.add(key, version, &data, (charge, budgeted), Kind::Put);
             }
-            Msg::Remove(key) => self.add(key, 0, &[], 0, Kind::Tombstone),
+            Msg::Remove(key) => self.add(key, 0, &[], (0, true), Kind::Tombstone),
             Msg::Flush(done) => {
                 self.drain_all();
                 let _ = done.send(());
@@ -236,7 +242,9 @@ impl Writer {
         (off, summary <= cs && off + len as u64 <= cs)
     }
 
-    fn add(&mut self, key: SsdKey, version: u64, data: &[u8], charge: u64, kind: Kind) {
+    /// `charge`: the entry's estimated cost, and whether the budget paid it.
+    fn add(&mut self, key: SsdKey, version: u64, data: &[u8], charge: (u64, bool), kind: Kind) {
+        let (charge, budgeted) = charge;
         let tomb = matches!(kind, Kind::Tombstone);
         let len = data.len() as u32;
         let mut placed = self.place(len, tomb);
@@ -280,6 +288,7 @@ impl Writer {
             len,
             data_off: off as u32,
             charge,
+            budgeted,
             crcs,
             kind,
         });
@@ -305,7 +314,7 @@ impl Writer {
             return;
         }
         match read_verified(&key, &loc, 0, loc.len) {
-            Ok(data) => self.add(key, loc.version, &data, c, Kind::Reinsert(loc)),
+            Ok(data) => self.add(key, loc.version, &data, (c, true), Kind::Reinsert(loc)),
             Err(f) => {
                 inc(if f == ReadFail::Checksum {
                     &sh.ctr.checksum_errors
@@ -399,8 +408,7 @@ impl Writer {
             self.dirty.push(seg.clone());
         }
         self.changed = true;
-        let charged: u64 = self.items.iter().map(|i| i.charge).sum();
-        sh.budget.settle(cluster_len as i128 - charged as i128);
+        sh.budget.settle(self.settlement(cluster_len));
         let mut keys = Vec::with_capacity(self.items.len());
         for it in self.items.drain(..) {
             let entry = || Entry {
@@ -441,6 +449,27 @@ impl Writer {
         self.reset_cluster();
     }
 
+    /// What the budget owes for the cluster just written, beyond what its entries paid: its
+    /// real cost minus their estimates. Entries admitted without budget (`offer_wait`) pay
+    /// nothing, and their share of the real cost is not charged either.
+    fn settlement(&self, cluster_len: u64) -> i128 {
+        let all: u64 = self.items.iter().map(|i| i.charge).sum();
+        let paid: u64 = self
+            .items
+            .iter()
+            .filter(|i| i.budgeted)
+            .map(|i| i.charge)
+            .sum();
+        if paid == all {
+            return cluster_len as i128 - paid as i128;
+        }
+        if all == 0 {
+            return 0;
+        }
+        let share = cluster_len as u128 * paid as u128 / all as u128;
+        share as i128 - paid as i128
+    }
+
     fn reset_cluster(&mut self) {
         self.items.clear();
         self.records_len = 0;
@@ -453,7 +482,9 @@ impl Writer {
         let items = std::mem::take(&mut self.items);
         let mut charged = 0;
         for it in &items {
-            charged += it.charge;
+            if it.budgeted {
+                charged += it.charge;
+            }
             self.drop_item(&it.key, it.version, &it.kind);
         }
         if refund {

@@ -5,6 +5,7 @@ mod basic;
 mod capacity;
 mod corrupt;
 mod crash;
+mod operator;
 mod recovery;
 
 use super::*;
