@@ -124,7 +124,6 @@ impl<S: Store> Fs<S> {
     fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
         let r = self.flush_group_inner(wb, i, budget);
         if let Err(e) = r {
-            wb.c.flush_errors.fetch_add(1, Relaxed);
             if let Some(st) = &i.file {
                 if let Some(d) = st.dirty.lock().as_mut() {
                     tracing::warn!(
@@ -134,6 +133,9 @@ impl<S: Store> Fs<S> {
                     d.error = Some(e);
                 }
             }
+            // Counted once the error is recorded: whoever sees the count move (a test, an
+            // operator) and then closes the file must get the error.
+            wb.c.flush_errors.fetch_add(1, Relaxed);
         }
         r
     }
