@@ -319,7 +319,7 @@ fn ram_tier_gives_memory_back_to_a_hog() {
         let target = avail + num(&m.stats(), "ram.bytes") - RAM_MIN - FLOOR / 2;
         let safety = 256 * MIB;
         let t_hog = Instant::now();
-        let mut hog = Hog::start(HOG_TEST, target, safety);
+        let mut hog = Hog::start(HOG_TEST, target, safety, FLOOR / 2);
         *hog_pid.lock().unwrap() = Some(hog.pid);
         println!(
             "hog: pid {}, to take {:.0} MiB ({:.0} MiB available)",
@@ -335,6 +335,8 @@ fn ram_tier_gives_memory_back_to_a_hog() {
         // Hold the pressure a little, then let go.
         std::thread::sleep(Duration::from_millis(2500));
         let during = m.stats();
+        let hog_end = hog.state();
+        let t_release = Instant::now();
         let status = hog.stop();
         let t_exit = Instant::now();
         *hog_pid.lock().unwrap() = None;
@@ -367,17 +369,19 @@ fn ram_tier_gives_memory_back_to_a_hog() {
             ("first shrink", first_shrink.unwrap_or(f64::NAN)),
             ("rss near ram.min", low.unwrap_or(f64::NAN)),
             ("hog has its memory", at_done),
-            ("hog exits", s(t_exit)),
+            ("hog told to exit", s(t_release)),
+            ("hog gone", s(t_exit)),
             ("target grown back", s(t_target)),
             ("tier refilled", s(t_refilled)),
         ];
         print_timeline("hog", &rows, &marks);
         println!(
-            "hog: took {:.0} MiB (peak RSS {:.0} MiB), waited {} ms for memory, handed back {:.0} MiB while holding; exit {status}",
+            "hog: took {:.0} MiB (peak RSS {:.0} MiB), waited {} ms for memory; while holding took {:.0} MiB more (others freed memory) and handed back {:.0} MiB; exit {status}",
             mib(hs.held),
             mib(peak_hog),
             hs.waited_ms,
-            mib(hs.released)
+            mib(hog_end.topped),
+            mib(hog_end.released)
         );
         println!(
             "hog: daemon RSS {:.0} -> near ram.min ({:.0} MiB threshold) at {:.1} s, {:+.1} s from the hog having its memory; shrink events {}, trims {}; OOM kills {} -> {}",
@@ -404,7 +408,8 @@ fn ram_tier_gives_memory_back_to_a_hog() {
                 "rss_threshold": threshold, "hog_target": target,
                 "signals": during["pressure"]["signals"],
                 "marks": marks.iter().map(|(k, v)| json!({"label": k, "t": v})).collect::<Vec<_>>(),
-                "hog_waited_ms": hs.waited_ms, "hog_released": hs.released,
+                "hog_waited_ms": hs.waited_ms, "hog_released": hog_end.released,
+                "hog_topped": hog_end.topped,
                 "oom_kills": oom1 - oom0,
                 "rows": rows_json(&rows),
             }),
@@ -423,7 +428,12 @@ fn ram_tier_gives_memory_back_to_a_hog() {
             low - at_done
         );
         assert!(num(&during, "pressure.shrink_events") >= 1);
-        assert_eq!(num(&during, "pressure.target"), RAM_MIN, "{during}");
+        // At ram.min, or close: with no deficit left (other processes may free memory
+        // meanwhile), the last steps are PSI's eighths.
+        assert!(
+            num(&during, "pressure.target") <= RAM_MIN + 128 * MIB,
+            "target not near ram.min: {during}"
+        );
         assert!(num(&after, "pressure.grow_events") >= 1);
         assert!(
             num(&after, "ram.bytes") >= hot / 100 * 95,

@@ -7,6 +7,11 @@
 //! tierfs to give memory back), gives up after a deadline, and while holding hands chunks
 //! back when MemAvailable falls below the line. Its oom_score_adj is 1000: if the kernel
 //! must kill something after all, it is the hog.
+//!
+//! While holding it also keeps the pressure it was asked for: when other processes free
+//! memory and MemAvailable rises above `leave` by a step, it takes another step (up to 4 GiB
+//! beyond its target), so that what is left for tierfs does not depend on what the rest of
+//! the machine happens to do meanwhile.
 
 use super::memory::meminfo;
 use std::io::{BufRead, BufReader, Write};
@@ -27,8 +32,8 @@ pub fn run_if_child() {
         return;
     };
     let mut it = spec.split(',').map(|v| v.parse::<u64>().expect("hog spec"));
-    let (target, safety) = (it.next().unwrap(), it.next().unwrap());
-    hog_main(target, safety);
+    let (target, safety, leave) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+    hog_main(target, safety, leave);
     std::process::exit(0);
 }
 
@@ -40,7 +45,30 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn hog_main(target: u64, safety: u64) {
+/// Maps and touches `n` bytes; None if the kernel refused.
+fn take(n: usize) -> Option<Chunk> {
+    // SAFETY: a fresh private anonymous mapping, touched only within its length.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            n,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    for off in (0..n).step_by(4096) {
+        // SAFETY: off < n, inside the mapping.
+        unsafe { std::ptr::write_volatile((p as *mut u8).add(off), 1) };
+    }
+    Some(Chunk(p, n))
+}
+
+fn hog_main(target: u64, safety: u64, leave: u64) {
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     let start = Instant::now();
     let mut chunks: Vec<Chunk> = Vec::new();
@@ -57,26 +85,13 @@ fn hog_main(target: u64, safety: u64) {
             continue;
         }
         let n = STEP.min(target - held) as usize;
-        // SAFETY: a fresh private anonymous mapping, touched only within its length.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+        match take(n) {
+            Some(c) => chunks.push(c),
+            None => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
         }
-        for off in (0..n).step_by(4096) {
-            // SAFETY: off < n, inside the mapping.
-            unsafe { std::ptr::write_volatile((p as *mut u8).add(off), 1) };
-        }
-        chunks.push(Chunk(p, n));
         held += n as u64;
         say(&format!("held {held}"));
     }
@@ -89,12 +104,19 @@ fn hog_main(target: u64, safety: u64) {
         c.store(true, SeqCst);
     });
     while !closed.load(SeqCst) {
-        if meminfo("MemAvailable") < safety {
+        let avail = meminfo("MemAvailable");
+        if avail < safety {
             if let Some(Chunk(p, n)) = chunks.pop() {
                 // SAFETY: a mapping made above, unmapped once.
                 unsafe { libc::munmap(p, n) };
                 held -= n as u64;
                 say(&format!("released {held}"));
+            }
+        } else if avail > leave + 2 * STEP && held < target + (4 << 30) {
+            if let Some(c) = take(STEP as usize) {
+                chunks.push(c);
+                held += STEP;
+                say(&format!("topped {held}"));
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -112,6 +134,8 @@ pub struct HogState {
     pub waited_ms: u64,
     /// Bytes it handed back while holding, to keep the host above its safety line.
     pub released: u64,
+    /// Bytes it took while holding, because others freed memory.
+    pub topped: u64,
 }
 
 pub struct Hog {
@@ -121,12 +145,13 @@ pub struct Hog {
 }
 
 impl Hog {
-    /// Starts a hog of `target` bytes that keeps MemAvailable above `safety`. `test` is
-    /// the name of the calling test, which must call [`run_if_child`] first.
-    pub fn start(test: &str, target: u64, safety: u64) -> Hog {
+    /// Starts a hog of `target` bytes that keeps MemAvailable above `safety` and, once it
+    /// holds its target, near `leave`. `test` is the name of the calling test, which must
+    /// call [`run_if_child`] first.
+    pub fn start(test: &str, target: u64, safety: u64, leave: u64) -> Hog {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([test, "--exact", "--nocapture", "--test-threads=1", "-q"])
-            .env(HOG_ENV, format!("{target},{safety}"))
+            .env(HOG_ENV, format!("{target},{safety},{leave}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -149,6 +174,10 @@ impl Hog {
                         s.held = n(1);
                         s.waited_ms = n(2);
                         s.done = Some(Instant::now());
+                    }
+                    Some("topped") => {
+                        s.topped += n(1) - s.held;
+                        s.held = n(1);
                     }
                     Some("released") => {
                         s.released += s.held - n(1);
