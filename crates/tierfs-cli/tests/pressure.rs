@@ -512,7 +512,7 @@ fn ram_tier_stays_within_a_memory_cgroup() {
             &[("first pass done", pass1), ("second pass done", pass2)],
         );
         println!(
-            "cgroup v{} {} limit {:.0} MiB: read {:.0} MiB twice in {:.1} s; target {:.0} -> {:.0} MiB (ram.max 4096); peaks: daemon RSS {:.0} MiB, RAM tier {:.0} MiB, cgroup usage {:.0} MiB (kernel peak {:?}); OOM kills in the cgroup {}, host {} -> {}; signals {}",
+            "cgroup: v{} {} limit {:.0} MiB: read {:.0} MiB twice in {:.1} s; target {:.0} -> {:.0} MiB (ram.max 4096); peaks: daemon RSS {:.0} MiB, RAM tier {:.0} MiB, cgroup usage {:.0} MiB (kernel peak {:?}); OOM kills in the cgroup {}, host {} -> {}; signals {}",
             cg.version,
             dir,
             mib(LIMIT),
