@@ -1,10 +1,11 @@
 //! The cache tiers: the RAM tier ([`RamCache`]), the single-flight table that makes concurrent
 //! misses on one block wait for one fetch ([`SingleFlight`]), and the persistent SSD tier
-//! ([`SsdCache`]), and the write-back journal ([`Journal`]). Later: `meta`, `writeback`,
-//! `pressure`.
+//! ([`SsdCache`]), the write-back journal ([`Journal`]), and the memory-pressure monitor that
+//! sizes the RAM tier ([`PressureMonitor`]).
 
 pub mod journal;
 mod key;
+pub mod pressure;
 mod ram;
 mod singleflight;
 pub mod ssd;
@@ -14,6 +15,7 @@ pub use journal::{
     PendingWrite, Record, Replay,
 };
 pub use key::BlockKey;
+pub use pressure::{PressureConfig, PressureMonitor, PressureStats};
 pub use ram::{RamCache, RamStats};
 pub use singleflight::{Claim, FlightGuard, SingleFlight};
 pub use ssd::{

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
-use tierfs_fs::{CloseMode, FsConfig, FsyncMode, SsdConfig, WbConfig, WbMode};
+use tierfs_fs::{CloseMode, FsConfig, FsyncMode, PressureConfig, SsdConfig, WbConfig, WbMode};
 use tierfs_fuse::FuseConfig;
 
 #[derive(Clone, Debug)]
@@ -15,6 +15,13 @@ pub struct Config {
     /// `ssd.enable`: the SSD tier is on unless switched off.
     pub ssd_enable: bool,
     pub wb: WbConfig,
+    /// The memory-pressure monitor (`ram.min`, `ram.free_floor`, ...); its `max` is
+    /// `fs.ram_max`, see [`Config::pressure_config`].
+    pub pressure: PressureConfig,
+    /// `ram.pressure`: the monitor sizes the RAM tier unless switched off.
+    pub pressure_enable: bool,
+    /// Whether ram.min was given (else it follows ram.max down when that is smaller).
+    ram_min_set: bool,
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     wb_soft_set: bool,
     wb_journal_set: bool,
@@ -90,12 +97,22 @@ impl Default for Config {
             journal_size: 2 * hard,
             ..WbConfig::default()
         };
+        let pressure = PressureConfig {
+            max: fs.ram_max,
+            // Like ZFS's arc_sys_free, but larger: MemAvailable is read every 100 ms, and a
+            // program can fault in several hundred MB in that time.
+            free_floor: (total_memory() / 32).clamp(256 << 20, 2 << 30),
+            ..PressureConfig::default()
+        };
         Config {
             fs,
             fuse,
             ssd: SsdConfig::default(),
             ssd_enable: true,
             wb,
+            pressure,
+            pressure_enable: true,
+            ram_min_set: false,
             wb_soft_set: false,
             wb_journal_set: false,
             attr_ttl_set: false,
@@ -179,6 +196,14 @@ impl Config {
         let r: Result<()> = (|| {
             match key {
                 "ram.max" => self.fs.ram_max = parse_size(value)?,
+                "ram.min" => {
+                    self.pressure.min = parse_size(value)?;
+                    self.ram_min_set = true;
+                }
+                "ram.pressure" => self.pressure_enable = parse_bool(value)?,
+                "ram.free_floor" => self.pressure.free_floor = parse_size(value)?,
+                "ram.grow_delay" => self.pressure.grow_delay = parse_duration(value)?,
+                "ram.psi_pct" => self.pressure.psi_pct = parse_count(value, 0, 100)? as u8,
                 "ram.block_size" => {
                     let b = parse_size(value)?;
                     if !b.is_power_of_two() || !(4096..=(16 << 20)).contains(&b) {
@@ -311,8 +336,23 @@ impl Config {
         r.with_context(|| format!("option {key}={value}"))
     }
 
+    /// The monitor's settings: `ram.max` is the RAM tier's cap; `ram.min` follows it down
+    /// when it was not given and the cap is below its default.
+    pub fn pressure_config(&self) -> PressureConfig {
+        let mut p = self.pressure.clone();
+        p.max = self.fs.ram_max;
+        if !self.ram_min_set {
+            p.min = p.min.min(p.max);
+        }
+        p
+    }
+
     /// Checks what single keys cannot: one line naming the keys at fault.
     pub fn validate(&self) -> Result<()> {
+        let p = self.pressure_config();
+        if p.min > p.max {
+            bail!("ram.min ({}) must not exceed ram.max ({})", p.min, p.max);
+        }
         let w = &self.wb;
         if w.dirty_soft >= w.dirty_hard {
             bail!(
@@ -435,6 +475,23 @@ mod tests {
         c.apply_mount_option("nosuid").unwrap();
         assert_eq!(c.fs.ram_max, 2 << 30);
         assert_eq!(c.fuse.attr_ttl, Duration::from_secs(5));
+        // ram.min follows a small ram.max down unless given; given above it, it is an error.
+        c.apply_mount_option("ram.max=32M").unwrap();
+        assert_eq!(c.pressure_config().min, 32 << 20);
+        c.validate().unwrap();
+        c.apply_mount_option("ram.min=48M").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("ram.min") && e.contains("ram.max"), "{e}");
+        c.apply_mount_option("ram.max=2G").unwrap();
+        c.apply_mount_option("ram.free_floor=1G").unwrap();
+        c.apply_mount_option("ram.grow_delay=2s").unwrap();
+        c.apply_mount_option("ram.psi_pct=0").unwrap();
+        c.apply_mount_option("ram.pressure=off").unwrap();
+        let p = c.pressure_config();
+        assert_eq!((p.min, p.max, p.free_floor), (48 << 20, 2 << 30, 1 << 30));
+        assert_eq!((p.grow_delay, p.psi_pct), (Duration::from_secs(2), 0));
+        assert!(!c.pressure_enable);
+        assert!(c.apply_mount_option("ram.psi_pct=101").is_err());
         assert!(c.apply_mount_option("ram.maxx=1G").is_err());
         assert!(c.apply_mount_option("bogus").is_err());
         assert!(c.apply_mount_option("ram.block_size=3000").is_err());

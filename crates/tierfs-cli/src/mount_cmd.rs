@@ -75,6 +75,9 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
 }
 
 pub fn run(args: MountArgs) -> Result<()> {
+    // Before any thread exists: one malloc arena, so that memory the RAM tier frees is
+    // reused and its size bounds the daemon's (see `one_malloc_arena`).
+    tierfs_fs::one_malloc_arena();
     // Everything that can be checked is checked before detaching.
     let store = PosixStore::open(&args.backing)?;
     let mountpoint = args
@@ -281,6 +284,9 @@ fn serve(
         let ssd = open_ssd(cache_dir, store.store_id(), &config, reset_cache)?;
         let fs = tierfs_fs::Fs::with_ssd(store, config.fs.clone(), ssd)
             .map_err(|e| anyhow::anyhow!("backing store: {e}"))?;
+        // The RAM tier's size follows the host's memory from here on (ram.min..ram.max).
+        fs.start_pressure(config.pressure_config(), config.pressure_enable)
+            .context("memory pressure monitor")?;
         // Write-back's journal is replayed before anything is served, in either mode: a
         // write-through mount after a crashed write-back one must not lose its writes.
         let journal = cache_dir.join("journal");
@@ -347,11 +353,12 @@ fn serve(
     }
 
     tracing::info!(
-        "mounted {} on {} (cache dir {}, ram.max {} bytes, block {} bytes)",
+        "mounted {} on {} (cache dir {}, ram.max {} bytes, ram target {} bytes, block {} bytes)",
         fs.stats().store_id,
         mountpoint.display(),
         cache_dir.display(),
         config.fs.ram_max,
+        fs.ram().capacity(),
         config.fs.block_size
     );
     report(&mut ready, "ok");

@@ -14,7 +14,10 @@ use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use tierfs_cache::{BlockKey, RamCache, SingleFlight, SsdCache, SsdKey, KIND_DIR, KIND_LINK};
+use tierfs_cache::{
+    BlockKey, PressureConfig, PressureMonitor, RamCache, SingleFlight, SsdCache, SsdKey, KIND_DIR,
+    KIND_LINK,
+};
 use tierfs_store::{Attr, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
 
 pub(crate) type St<S> = CountedStore<S>;
@@ -100,7 +103,10 @@ pub struct Fs<S: Store> {
     pub(crate) store: St<S>,
     pub(crate) cfg: FsConfig,
     pub(crate) inodes: InodeTable<St<S>>,
-    pub(crate) cache: RamCache,
+    /// Shared with the memory-pressure monitor, which sets its cap.
+    pub(crate) cache: Arc<RamCache>,
+    /// The memory-pressure monitor (see [`Fs::start_pressure`]).
+    pressure: OnceLock<PressureMonitor>,
     pub(crate) flights: SingleFlight<BlockKey, FetchResult>,
     pub(crate) files: DashMap<u64, Arc<OpenFile<S>>>,
     /// Files the kernel reads and writes without having opened them (FUSE no-open, see
@@ -148,7 +154,8 @@ impl<S: Store> Fs<S> {
         }
         let fs = Arc::new(Fs {
             inodes: InodeTable::new(root, &root_attr, 1 << 20),
-            cache: RamCache::new(cfg.ram_max),
+            cache: Arc::new(RamCache::new(cfg.ram_max)),
+            pressure: OnceLock::new(),
             flights: SingleFlight::new(Err(crate::read::FetchError::Errno(Errno::EIO))),
             files: DashMap::new(),
             implicit: DashMap::new(),
@@ -180,6 +187,26 @@ impl<S: Store> Fs<S> {
 
     pub fn ram(&self) -> &RamCache {
         &self.cache
+    }
+
+    /// Hands the RAM tier's size to the memory-pressure monitor: with `enabled`, its target
+    /// follows the host's memory between `cfg.min` and `cfg.max`; without, it is fixed at
+    /// `cfg.max` (either way `ram.min`/`ram.max` can be changed at run time through
+    /// [`Fs::pressure`]). Once per mount.
+    pub fn start_pressure(&self, cfg: PressureConfig, enabled: bool) -> std::io::Result<()> {
+        let mon = if enabled {
+            PressureMonitor::start(self.cache.clone(), cfg)?
+        } else {
+            PressureMonitor::fixed(self.cache.clone(), cfg)
+        };
+        self.pressure
+            .set(mon)
+            .map_err(|_| std::io::Error::other("the pressure monitor is already running"))
+    }
+
+    /// The memory-pressure monitor, once started: `set_limits` changes `ram.min`/`ram.max`.
+    pub fn pressure(&self) -> Option<&PressureMonitor> {
+        self.pressure.get()
     }
 
     pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode<St<S>>>> {
@@ -1147,6 +1174,27 @@ impl<S: Store> Fs<S> {
 
     pub fn stats(&self) -> StatsSnapshot {
         let s = &self.stats;
+        let ssd = self.ssd.as_ref().map(|s| s.stats());
+        let writeback = self.wb().map(|wb| wb.stats());
+        let mut pressure = match self.pressure.get() {
+            Some(m) => m.stats(),
+            None => tierfs_cache::PressureStats {
+                target: self.cache.capacity(),
+                size: self.cache.used_bytes(),
+                max: self.cache.capacity(),
+                signals: "off".into(),
+                rss: tierfs_cache::pressure::self_rss(),
+                ..Default::default()
+            },
+        };
+        // bufwiredspace: data memory that shrinking the RAM tier cannot free now. A block
+        // queued for the SSD tier is usually also in the RAM tier (one allocation, counted
+        // twice); the queue is bounded at 64 clusters.
+        pressure.wired_fetch = FsStats::get(&s.fetch_inflight_bytes);
+        pressure.wired_ssd_queue = ssd.as_ref().map_or(0, |s| s.queued_bytes);
+        pressure.wired_dirty = writeback.as_ref().map_or(0, |w| w.dirty_bytes);
+        pressure.wired = pressure.wired_fetch + pressure.wired_ssd_queue + pressure.wired_dirty;
+        pressure.bufspace = pressure.size + pressure.wired;
         StatsSnapshot {
             store_id: self.store.store_id().to_string(),
             block_size: self.cfg.block_size,
@@ -1167,12 +1215,13 @@ impl<S: Store> Fs<S> {
             meta_ssd_hits: FsStats::get(&s.meta_ssd_hits),
             ssd_blocks: FsStats::get(&s.ssd_blocks),
             ssd_range_reads: FsStats::get(&s.ssd_range_reads),
-            ssd: self.ssd.as_ref().map(|s| s.stats()),
+            ssd,
             meta_listings: FsStats::get(&s.meta_listings),
             lazy_opens: FsStats::get(&s.lazy_opens),
             opens: FsStats::get(&s.opens),
             implicit_files: FsStats::get(&s.implicit_files),
-            writeback: self.wb().map(|wb| wb.stats()),
+            writeback,
+            pressure,
             meta_attrs: self.meta.counts().0,
             meta_dirs: self.meta.counts().1,
             meta_links: self.meta.counts().2,

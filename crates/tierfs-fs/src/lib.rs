@@ -24,7 +24,11 @@ pub use file_state::RACY_WINDOW;
 pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
 pub use stats::{FsStats, StatsSnapshot};
-pub use tierfs_cache::{SsdCache, SsdConfig, SsdError, SsdIdentity, SsdStats};
+pub use tierfs_cache::pressure::one_malloc_arena;
+pub use tierfs_cache::{
+    PressureConfig, PressureMonitor, PressureStats, SsdCache, SsdConfig, SsdError, SsdIdentity,
+    SsdStats,
+};
 pub use tierfs_store::{
     Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
 };

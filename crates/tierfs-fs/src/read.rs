@@ -5,7 +5,7 @@
 use crate::file_state::{racy, Version};
 use crate::fs::{Fs, OpenFile};
 use crate::meta_codec::version_of;
-use crate::stats::FsStats;
+use crate::stats::{FsStats, Gauge};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tierfs_cache::{BlockKey, Claim, FlightGuard, SsdKey, KIND_DATA};
@@ -437,6 +437,7 @@ impl<S: Store> Fs<S> {
         let first = run[0].key().idx;
         let start = first * bs;
         let end = ((first + run.len() as u64) * bs).min(v.fp.size);
+        let _inflight = Gauge::new(&self.stats.fetch_inflight_bytes, end - start);
         let mut buf = vec![0u8; (end - start) as usize];
         // While the file is read sequentially, its backing reads go one at a time: two reads
         // of one stream in flight interleave at the store and cost a seek each on one disk

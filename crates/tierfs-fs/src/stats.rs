@@ -40,6 +40,24 @@ pub struct FsStats {
     pub implicit_files: AtomicU64,
     /// `tierfs warm` / `tierfs evict` requests.
     pub warm: crate::warm::WarmCounters,
+    /// Bytes of backing reads in flight (their buffers; a gauge).
+    pub fetch_inflight_bytes: AtomicU64,
+}
+
+/// Counts `n` bytes in a gauge while alive.
+pub(crate) struct Gauge<'a>(&'a AtomicU64, u64);
+
+impl<'a> Gauge<'a> {
+    pub fn new(c: &'a AtomicU64, n: u64) -> Gauge<'a> {
+        c.fetch_add(n, Relaxed);
+        Gauge(c, n)
+    }
+}
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Relaxed);
+    }
 }
 
 /// Everything `tierfs stats` shows, as one serializable snapshot.
@@ -73,6 +91,9 @@ pub struct StatsSnapshot {
     /// Write-back counters; absent in write-through mode.
     #[serde(default)]
     pub writeback: Option<crate::writeback::WbStats>,
+    /// The memory-pressure monitor and the RAM tier's target, bufspace and wired bytes.
+    #[serde(default)]
+    pub pressure: tierfs_cache::PressureStats,
     pub meta_attrs: u64,
     pub meta_dirs: u64,
     pub meta_links: u64,

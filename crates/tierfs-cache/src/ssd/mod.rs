@@ -500,6 +500,7 @@ impl SsdCache {
             device_free_bytes: io::device_space(&sh.dir).map_or(0, |(_, f)| f),
             window_reads: sh.windows.total_reads.load(Relaxed),
             window_hits: sh.windows.total_hits.load(Relaxed),
+            queued_bytes: sh.queued_bytes.load(Relaxed),
             ..sh.ctr.snapshot()
         }
     }

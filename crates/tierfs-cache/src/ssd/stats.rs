@@ -53,6 +53,9 @@ pub struct SsdStats {
     pub rebuilt_entries: u64,
     /// Free space of the device holding the tier (statvfs).
     pub device_free_bytes: u64,
+    /// Bytes of admitted entries waiting in memory for the writer (bounded by 64 clusters).
+    #[serde(default)]
+    pub queued_bytes: u64,
 }
 
 /// The live counters behind [`SsdStats`].

@@ -3,6 +3,10 @@
 //! hanging CI.
 #![allow(dead_code)]
 
+pub mod cgroup;
+pub mod hog;
+pub mod memory;
+
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
