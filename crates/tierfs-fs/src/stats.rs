@@ -42,6 +42,51 @@ pub struct FsStats {
     pub warm: crate::warm::WarmCounters,
 }
 
+/// The fields of [`StatsSnapshot`] (as dotted paths of its JSON form) that are levels, not
+/// counts: the Prometheus endpoint types them as gauges, and every other number as a counter
+/// (`tierfs_<path>_total`). A new field that can go down belongs here.
+pub const GAUGES: &[&str] = &[
+    "block_size",
+    "ram.blocks",
+    "ram.bytes",
+    "ram.cap_bytes",
+    "ssd.write_rate",
+    "ssd.write_burst",
+    "ssd.cur_burst",
+    "ssd.fill_bytes",
+    "ssd.cap_bytes",
+    "ssd.segments",
+    "ssd.entries",
+    "ssd.rebuild_ms",
+    "ssd.rebuilt_entries",
+    "ssd.device_free_bytes",
+    "writeback.dirty_bytes",
+    "writeback.dirty_files",
+    "writeback.dirty_soft",
+    "writeback.dirty_hard",
+    "writeback.flushers",
+    "writeback.oldest_dirty_ms",
+    "writeback.flush_rate_bps",
+    "writeback.replay_ms",
+    "writeback.reserve.credit_bytes",
+    "writeback.reserve.reserved_bytes",
+    "writeback.journal.used_bytes",
+    "writeback.journal.cap_bytes",
+    "writeback.journal.segments",
+    "writeback.journal.group_commit_max_batch",
+    "writeback.journal.group_commit_max_writes",
+    "writeback.journal.oldest_seq",
+    "writeback.journal.durable_seq",
+    "writeback.journal.appended_seq",
+    "meta_attrs",
+    "meta_dirs",
+    "meta_links",
+    "inodes",
+    "file_states",
+    "open_files",
+    "open_dirs",
+];
+
 /// Everything `tierfs stats` shows, as one serializable snapshot.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StatsSnapshot {
