@@ -593,6 +593,62 @@ mod tests {
     }
 
     #[test]
+    fn every_key_reads_back_as_it_is_set() {
+        let mut c = Config::default();
+        for k in Config::KEYS {
+            let v = c.get(k).unwrap_or_else(|| panic!("no value for {k}"));
+            c.set(k, &v).unwrap_or_else(|e| panic!("{k}={v}: {e:#}"));
+            assert_eq!(c.get(k).as_deref(), Some(v.as_str()), "{k}");
+        }
+        assert_eq!(c.get("ram.maxx"), None);
+        assert_eq!(format_size(3 << 19), "1536K");
+        assert_eq!(format_size(100 << 20), "100M");
+        assert_eq!(format_size(1000), "1000");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(
+            parse_duration(&format_duration(Duration::from_micros(1500))).unwrap(),
+            Duration::from_micros(1500)
+        );
+    }
+
+    /// Config::KEYS, what `set` takes and docs/tunables.md name the same keys.
+    #[test]
+    fn keys_are_the_documented_ones() {
+        let docs = include_str!("../../../docs/tunables.md");
+        let documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let mut a = documented.clone();
+        let mut b = Config::KEYS.to_vec();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "docs/tunables.md vs Config::KEYS");
+        let mut c = Config::default();
+        for k in documented {
+            let v = c.get(k).unwrap();
+            assert!(c.set(k, &v).is_ok(), "set does not take {k}");
+        }
+    }
+
+    #[test]
+    fn metrics_addresses() {
+        let local = |p| Some(SocketAddr::from(([127, 0, 0, 1], p)));
+        assert_eq!(parse_metrics_addr("9100").unwrap(), local(9100));
+        assert_eq!(parse_metrics_addr(":9100").unwrap(), local(9100));
+        assert_eq!(parse_metrics_addr("localhost:9100").unwrap(), local(9100));
+        assert_eq!(
+            parse_metrics_addr("0.0.0.0:9100").unwrap(),
+            Some(SocketAddr::from(([0, 0, 0, 0], 9100)))
+        );
+        assert!(parse_metrics_addr("[::1]:9100").unwrap().is_some());
+        assert_eq!(parse_metrics_addr("off").unwrap(), None);
+        assert!(parse_metrics_addr("example.com:80").is_err());
+        assert!(parse_metrics_addr("99999").is_err());
+    }
+
+    #[test]
     fn options_and_files() {
         let mut c = Config::default();
         c.apply_mount_option("ram.max=2G").unwrap();

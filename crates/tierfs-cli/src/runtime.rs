@@ -292,3 +292,68 @@ impl Tunables {
         Ok(json!({ "set": done }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value other than the default for every settable key.
+    const SAMPLES: &[(&str, &str)] = &[
+        ("ram.max", "12M"),
+        ("meta.ttl", "7s"),
+        ("meta.max_entries", "99"),
+        ("fuse.attr_ttl", "3s"),
+        ("fuse.entry_ttl", "4s"),
+        ("readahead.max", "2M"),
+        ("ssd.write_rate", "5M"),
+        ("ssd.write_burst", "6M"),
+        ("ssd.cache_data", "off"),
+        ("ssd.cache_meta", "off"),
+        ("writeback.fsync", "journal"),
+        ("writeback.close", "flush"),
+        ("writeback.flushers", "9"),
+        ("writeback.dirty_hard", "64M"),
+        ("writeback.dirty_soft", "16M"),
+    ];
+
+    /// Setting a settable key at run time moves no key that is fixed at mount (which would
+    /// then show a value that is not in force).
+    #[test]
+    fn settable_keys_move_no_fixed_key() {
+        for s in SETTABLE {
+            assert!(
+                SAMPLES.iter().any(|(k, _)| *k == s.key),
+                "add a sample value for {}",
+                s.key
+            );
+        }
+        let base = Config::default();
+        for (key, value) in SAMPLES {
+            assert!(settable(key).is_some(), "{key} is not settable");
+            let mut next = base.clone();
+            next.set(key, value).unwrap();
+            next.keep_fixed(&base);
+            assert_ne!(next.get(key), base.get(key), "{key}");
+            for k in Config::KEYS.iter().filter(|k| settable(k).is_none()) {
+                assert_eq!(next.get(k), base.get(k), "setting {key} moved {k}");
+            }
+        }
+    }
+
+    /// The `ctl set` column of docs/tunables.md says which keys are settable.
+    #[test]
+    fn docs_mark_the_settable_keys() {
+        let docs = include_str!("../../../docs/tunables.md");
+        for line in docs.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let key = cells[0].trim_start_matches("| `").trim_end_matches('`');
+            let marked = cells[3] == "yes";
+            assert_eq!(
+                marked,
+                settable(key).is_some(),
+                "docs/tunables.md marks {key} {}",
+                cells[3]
+            );
+        }
+    }
+}
