@@ -127,7 +127,6 @@ impl<S: Store> Fs<S> {
     fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
         let r = self.flush_group_inner(wb, i, budget);
         if let Err(e) = r {
-            wb.c.flush_errors.fetch_add(1, Relaxed);
             if let Some(st) = &i.file {
                 if let Some(d) = st.dirty.lock().as_mut() {
                     tracing::warn!(
@@ -137,6 +136,9 @@ impl<S: Store> Fs<S> {
                     d.error = Some(e);
                 }
             }
+            // Counted once the error is there to report: whoever sees the count move (a
+            // test, a monitor) finds the error at the next fsync or close.
+            wb.c.flush_errors.fetch_add(1, Relaxed);
         }
         r
     }
