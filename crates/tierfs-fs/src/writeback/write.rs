@@ -117,7 +117,7 @@ impl<S: Store> Fs<S> {
             return Ok(self.write_through(of, offset, &data));
         };
         let reserved = if inline {
-            if wb.dirty_bytes() + len > wb.cfg.dirty_soft {
+            if wb.dirty_bytes() + len > wb.live.limits().0 {
                 return Err(data);
             }
             match wb.reserve.try_reserve(offset, len) {
