@@ -2,6 +2,7 @@
 //! Every key is documented in docs/tunables.md with its default, unit and reason.
 
 use anyhow::{bail, Context, Result};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 use tierfs_fs::{CloseMode, FsConfig, FsyncMode, PressureConfig, SsdConfig, WbConfig, WbMode};
@@ -22,6 +23,8 @@ pub struct Config {
     pub pressure_enable: bool,
     /// Whether ram.min was given (else it follows ram.max down when that is smaller).
     ram_min_set: bool,
+    /// `metrics_addr`: where the Prometheus endpoint listens; off by default.
+    pub metrics_addr: Option<SocketAddr>,
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     wb_soft_set: bool,
     wb_journal_set: bool,
@@ -113,6 +116,7 @@ impl Default for Config {
             pressure,
             pressure_enable: true,
             ram_min_set: false,
+            metrics_addr: None,
             wb_soft_set: false,
             wb_journal_set: false,
             attr_ttl_set: false,
@@ -190,7 +194,162 @@ fn parse_count(s: &str, min: usize, max: usize) -> Result<usize> {
     Ok(n)
 }
 
+/// `metrics_addr`: "9100" or ":9100" listen on 127.0.0.1 (metrics are not for the network
+/// unless asked); "IP:PORT" or "[IPv6]:PORT" as given; "localhost:PORT"; "off" for none.
+pub fn parse_metrics_addr(s: &str) -> Result<Option<SocketAddr>> {
+    let t = s.trim();
+    if t == "off" || t == "none" {
+        return Ok(None);
+    }
+    let bad = || anyhow::anyhow!("bad address {s:?} (use PORT, :PORT or IP:PORT)");
+    let port_only = t.strip_prefix(':').unwrap_or(t);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+    }
+    if let Some(port) = t.strip_prefix("localhost:") {
+        let port = port.parse::<u16>().map_err(|_| bad())?;
+        return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+    }
+    t.parse::<SocketAddr>().map(Some).map_err(|_| bad())
+}
+
+/// Bytes as the parser reads them back: the largest exact unit (64K, 100M, 8G), else bytes.
+pub fn format_size(n: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if n != 0 && n.trailing_zeros() >= shift {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// A duration as the parser reads it back: 0, 5m, 1s, 250ms, or seconds with a fraction.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        "0".into()
+    } else if ns.is_multiple_of(3_600_000_000_000) {
+        format!("{}h", ns / 3_600_000_000_000)
+    } else if ns.is_multiple_of(60_000_000_000) {
+        format!("{}m", ns / 60_000_000_000)
+    } else if ns.is_multiple_of(1_000_000_000) {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
+}
+
+fn format_bool(b: bool) -> String {
+    if b { "on" } else { "off" }.into()
+}
+
 impl Config {
+    /// Every key [`Config::set`] takes, in the order of docs/tunables.md's tables.
+    pub const KEYS: &'static [&'static str] = &[
+        "ram.max",
+        "ram.block_size",
+        "meta.ttl",
+        "meta.cto",
+        "meta.max_entries",
+        "fuse.attr_ttl",
+        "fuse.entry_ttl",
+        "readahead.max",
+        "readahead.chunk",
+        "readahead.threads",
+        "fuse.threads",
+        "fuse.io_threads",
+        "fuse.read_ahead_kb",
+        "allow_other",
+        "ro",
+        "metrics_addr",
+        "ssd.enable",
+        "ssd.max_size",
+        "ssd.max_fill_pct",
+        "ssd.min_free_pct",
+        "ssd.write_rate",
+        "ssd.write_burst",
+        "ssd.segment_size",
+        "ssd.cluster_size",
+        "ssd.flush_interval",
+        "ssd.checkpoint_interval",
+        "ssd.cache_data",
+        "ssd.cache_meta",
+        "writeback.mode",
+        "writeback.fsync",
+        "writeback.close",
+        "writeback.flushers",
+        "writeback.dirty_hard",
+        "writeback.dirty_soft",
+        "writeback.journal_size",
+        "writeback.journal_segment",
+        "writeback.chunk",
+        "writeback.group",
+        "writeback.reserve_chunk",
+    ];
+
+    /// The value of one tunable, in the form [`Config::set`] takes; None for an unknown key.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let (fs, ssd, wb, fuse) = (&self.fs, &self.ssd, &self.wb, &self.fuse);
+        Some(match key {
+            "ram.max" => format_size(fs.ram_max),
+            "ram.block_size" => format_size(fs.block_size),
+            "meta.ttl" => format_duration(fs.meta_ttl),
+            "meta.cto" => format_bool(fs.meta_cto),
+            "meta.max_entries" => fs.meta_max_entries.to_string(),
+            "fuse.attr_ttl" => format_duration(fuse.attr_ttl),
+            "fuse.entry_ttl" => format_duration(fuse.entry_ttl),
+            "readahead.max" => format_size(fs.readahead_max),
+            "readahead.chunk" => format_size(fs.fetch_chunk),
+            "readahead.threads" => fs.readahead_threads.to_string(),
+            "fuse.threads" => fuse.threads.to_string(),
+            "fuse.io_threads" => fuse.io_threads.to_string(),
+            "fuse.read_ahead_kb" => fuse.read_ahead_kb.to_string(),
+            "allow_other" => format_bool(fuse.allow_other),
+            "ro" => format_bool(fuse.read_only),
+            "metrics_addr" => self
+                .metrics_addr
+                .map_or_else(|| "off".into(), |a| a.to_string()),
+            "ssd.enable" => format_bool(self.ssd_enable),
+            "ssd.max_size" => format_size(ssd.max_size),
+            "ssd.max_fill_pct" => ssd.max_fill_pct.to_string(),
+            "ssd.min_free_pct" => ssd.min_free_pct.to_string(),
+            "ssd.write_rate" => format_size(ssd.write_rate),
+            "ssd.write_burst" => format_size(ssd.write_burst),
+            "ssd.segment_size" => format_size(ssd.segment_size),
+            "ssd.cluster_size" => format_size(ssd.cluster_size),
+            "ssd.flush_interval" => format_duration(ssd.flush_interval),
+            "ssd.checkpoint_interval" => format_duration(ssd.checkpoint_interval),
+            "ssd.cache_data" => format_bool(ssd.cache_data),
+            "ssd.cache_meta" => format_bool(ssd.cache_meta),
+            "writeback.mode" => match wb.mode {
+                WbMode::Through => "through",
+                WbMode::Back => "back",
+            }
+            .into(),
+            "writeback.fsync" => match wb.fsync {
+                FsyncMode::Backing => "backing",
+                FsyncMode::Journal => "journal",
+            }
+            .into(),
+            "writeback.close" => match wb.close {
+                CloseMode::Async => "async",
+                CloseMode::Flush => "flush",
+            }
+            .into(),
+            "writeback.flushers" => wb.flushers.to_string(),
+            "writeback.dirty_hard" => format_size(wb.dirty_hard),
+            "writeback.dirty_soft" => format_size(wb.dirty_soft),
+            "writeback.journal_size" => format_size(wb.journal_size),
+            "writeback.journal_segment" => format_size(wb.journal_segment),
+            "writeback.chunk" => format_size(wb.chunk),
+            "writeback.group" => format_size(wb.group),
+            "writeback.reserve_chunk" => format_size(wb.reserve_chunk),
+            _ => return None,
+        })
+    }
+
     /// Sets one tunable. Unknown keys are errors: a typo must not be silently ignored.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let r: Result<()> = (|| {
@@ -329,6 +488,7 @@ impl Config {
                 }
                 "allow_other" => self.fuse.allow_other = parse_bool(value)?,
                 "ro" => self.fuse.read_only = parse_bool(value)?,
+                "metrics_addr" => self.metrics_addr = parse_metrics_addr(value)?,
                 _ => bail!("unknown option"),
             }
             Ok(())
@@ -345,6 +505,13 @@ impl Config {
             p.min = p.min.min(p.max);
         }
         p
+    }
+
+    /// After [`Config::set`] on a running mount: undoes what it derived for keys fixed at
+    /// mount (`writeback.journal_size` follows `writeback.dirty_hard` only when mounting).
+    pub fn keep_fixed(&mut self, in_force: &Config) {
+        self.wb.journal_size = in_force.wb.journal_size;
+        self.wb_journal_set = in_force.wb_journal_set;
     }
 
     /// Checks what single keys cannot: one line naming the keys at fault.
@@ -463,6 +630,62 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn every_key_reads_back_as_it_is_set() {
+        let mut c = Config::default();
+        for k in Config::KEYS {
+            let v = c.get(k).unwrap_or_else(|| panic!("no value for {k}"));
+            c.set(k, &v).unwrap_or_else(|e| panic!("{k}={v}: {e:#}"));
+            assert_eq!(c.get(k).as_deref(), Some(v.as_str()), "{k}");
+        }
+        assert_eq!(c.get("ram.maxx"), None);
+        assert_eq!(format_size(3 << 19), "1536K");
+        assert_eq!(format_size(100 << 20), "100M");
+        assert_eq!(format_size(1000), "1000");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(
+            parse_duration(&format_duration(Duration::from_micros(1500))).unwrap(),
+            Duration::from_micros(1500)
+        );
+    }
+
+    /// Config::KEYS, what `set` takes and docs/tunables.md name the same keys.
+    #[test]
+    fn keys_are_the_documented_ones() {
+        let docs = include_str!("../../../docs/tunables.md");
+        let documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let mut a = documented.clone();
+        let mut b = Config::KEYS.to_vec();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "docs/tunables.md vs Config::KEYS");
+        let mut c = Config::default();
+        for k in documented {
+            let v = c.get(k).unwrap();
+            assert!(c.set(k, &v).is_ok(), "set does not take {k}");
+        }
+    }
+
+    #[test]
+    fn metrics_addresses() {
+        let local = |p| Some(SocketAddr::from(([127, 0, 0, 1], p)));
+        assert_eq!(parse_metrics_addr("9100").unwrap(), local(9100));
+        assert_eq!(parse_metrics_addr(":9100").unwrap(), local(9100));
+        assert_eq!(parse_metrics_addr("localhost:9100").unwrap(), local(9100));
+        assert_eq!(
+            parse_metrics_addr("0.0.0.0:9100").unwrap(),
+            Some(SocketAddr::from(([0, 0, 0, 0], 9100)))
+        );
+        assert!(parse_metrics_addr("[::1]:9100").unwrap().is_some());
+        assert_eq!(parse_metrics_addr("off").unwrap(), None);
+        assert!(parse_metrics_addr("example.com:80").is_err());
+        assert!(parse_metrics_addr("99999").is_err());
     }
 
     #[test]

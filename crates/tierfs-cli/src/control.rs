@@ -1,16 +1,33 @@
-//! The control plane: a unix socket (mode 0600) in the cache directory, and a registry that
-//! maps a mount (by its device number) to its socket, so `tierfs stats MOUNTPOINT` finds it.
+//! The control plane's transport: a unix socket (mode 0600) in the cache directory, and a
+//! registry that maps a mount (by its device number) to its socket, so `tierfs stats
+//! MOUNTPOINT` and `tierfs ctl MOUNTPOINT ...` find it. Protocol: docs/control.md.
 //!
-//! Protocol: the client sends one command line (`stats`), the daemon answers one JSON line.
+//! One request per connection: the client sends one line, a JSON array of strings
+//! (`["set","ssd.write_rate=50M"]`; a line that is not JSON is split on whitespace, for
+//! hand use with socat), the daemon answers one line, a JSON object (`{"error": "..."}` if
+//! the request failed). Each connection is served on its own thread, so a slow command
+//! never holds up `stats`. Only the mount's owner (the daemon's uid) and root are served:
+//! the socket's mode keeps others out, and the peer's credentials (SO_PEERCRED) are checked
+//! again on every connection, so a socket made reachable by mistake still refuses them.
 
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Write};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const SOCKET_NAME: &str = "control.sock";
+
+/// Connections served at once; more are answered "busy" (a runaway client must not make the
+/// daemon spawn threads without bound).
+const MAX_CONNECTIONS: usize = 32;
+/// Longest request line: commands are short.
+const MAX_REQUEST: u64 = 64 << 10;
 
 /// Where running mounts are registered: /run/tierfs as root, else the user's runtime dir.
 pub fn runtime_dir() -> PathBuf {
@@ -64,40 +81,154 @@ pub fn socket_for_mount(mountpoint: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&sock).into_owned()))
 }
 
-/// Sends one command, returns the daemon's answer.
-pub fn request(socket: &Path, cmd: &str) -> Result<String> {
+/// Sends one request (a command word and its arguments) and returns the daemon's answer;
+/// an `{"error": ...}` answer becomes an error.
+pub fn request(socket: &Path, words: &[&str]) -> Result<Value> {
     let mut s = UnixStream::connect(socket)
         .with_context(|| format!("control socket {}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    writeln!(s, "{cmd}")?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    writeln!(s, "{}", serde_json::to_string(words)?)?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
     if line.is_empty() {
         bail!("the daemon closed the control socket without answering");
     }
-    Ok(line)
+    let v: Value = serde_json::from_str(&line).context("daemon answered with invalid JSON")?;
+    if let Some(e) = v.get("error") {
+        bail!(
+            "{}",
+            e.as_str().map_or_else(|| e.to_string(), str::to_string)
+        );
+    }
+    Ok(v)
 }
 
-/// Serves the control socket on a thread. `handle` maps a command to a JSON answer.
-pub fn serve(socket: &Path, handle: impl Fn(&str) -> String + Send + 'static) -> Result<()> {
+/// A request line as words: a JSON array of strings, or whitespace-separated words.
+pub fn parse_request(line: &str) -> Result<Vec<String>, String> {
+    let line = line.trim();
+    if line.starts_with('[') {
+        return serde_json::from_str::<Vec<String>>(line)
+            .map_err(|e| format!("bad request (a JSON array of strings): {e}"));
+    }
+    Ok(line.split_whitespace().map(str::to_string).collect())
+}
+
+/// An error answer.
+pub fn error(msg: impl std::fmt::Display) -> Value {
+    serde_json::json!({ "error": msg.to_string() })
+}
+
+/// The credentials of the process at the other end of a unix socket.
+struct Peer {
+    pid: i32,
+    uid: u32,
+}
+
+fn peer(conn: &UnixStream) -> std::io::Result<Peer> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Peer {
+        pid: cred.pid,
+        uid: cred.uid,
+    })
+}
+
+/// Creates the socket (replacing a stale one), mode 0600. Done before mounting, so a path
+/// too long for a unix socket fails the mount instead of leaving it uncontrollable.
+pub fn bind(socket: &Path) -> Result<UnixListener> {
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)
         .with_context(|| format!("control socket {}", socket.display()))?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves the socket on a thread, each connection on a thread of its own. `handle` maps a
+/// request's words to the JSON answer.
+pub fn serve(
+    listener: UnixListener,
+    handle: impl Fn(&[String]) -> Value + Send + Sync + 'static,
+) -> Result<()> {
+    let handle = Arc::new(handle);
+    let owner = unsafe { libc::geteuid() };
+    let active = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("tierfs-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut line = String::new();
-                if BufReader::new(&conn).read_line(&mut line).is_ok() {
-                    let answer = handle(line.trim());
-                    let _ = writeln!(conn, "{answer}");
+                let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+                match peer(&conn) {
+                    Ok(p) if p.uid == owner || p.uid == 0 => {}
+                    Ok(p) => {
+                        tracing::warn!(
+                            "control socket: refused a request from uid {} (pid {}): only the owner of the mount (uid {owner}) or root may use it",
+                            p.uid,
+                            p.pid
+                        );
+                        let msg = format!(
+                            "permission denied: uid {} is not the owner of this mount (uid {owner}) or root",
+                            p.uid
+                        );
+                        let _ = writeln!(conn, "{}", error(msg));
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!("control socket: no peer credentials ({e}); refused");
+                        continue;
+                    }
+                }
+                if active.fetch_add(1, Relaxed) >= MAX_CONNECTIONS {
+                    active.fetch_sub(1, Relaxed);
+                    let _ = writeln!(conn, "{}", error("busy: too many control requests at once"));
+                    continue;
+                }
+                let (handle, active2) = (handle.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("tierfs-ctl-req".into())
+                    .spawn(move || {
+                        serve_one(conn, &*handle);
+                        active2.fetch_sub(1, Relaxed);
+                    });
+                if let Err(e) = spawned {
+                    active.fetch_sub(1, Relaxed);
+                    tracing::warn!("control socket: no thread for a request: {e}");
                 }
             }
         })?;
     Ok(())
+}
+
+/// Reads one request line, answers it.
+fn serve_one(mut conn: UnixStream, handle: &(dyn Fn(&[String]) -> Value + Send + Sync)) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    let read = BufReader::new((&conn).take(MAX_REQUEST)).read_line(&mut line);
+    if read.is_err() || line.is_empty() {
+        return;
+    }
+    let answer = match parse_request(&line) {
+        Ok(words) if words.is_empty() => error("empty request"),
+        Ok(words) => handle(&words),
+        Err(e) => error(e),
+    };
+    let _ = writeln!(conn, "{answer}");
 }
 
 /// [`request`] for a command that may take long (`tierfs warm` of a large file waits for the

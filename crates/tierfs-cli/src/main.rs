@@ -1,11 +1,15 @@
 //! The `tierfs` command.
 
 mod cache_cmd;
+mod commands;
 mod config;
 mod control;
+mod ctl_cmd;
 mod fsck_cmd;
+mod metrics;
 mod mount_cmd;
 mod progress;
+mod runtime;
 mod stats_cmd;
 mod warm_cmd;
 
@@ -47,6 +51,10 @@ enum Cmd {
         /// directory belongs to another store or is damaged beyond repair)
         #[arg(long)]
         reset_cache: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics: PORT or :PORT listens on
+        /// 127.0.0.1, IP:PORT as given (same as -o metrics_addr=ADDR; off by default)
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
     },
     /// Print the counters of a running mount.
     Stats {
@@ -82,6 +90,28 @@ enum Cmd {
         #[arg(long)]
         repair: bool,
     },
+    /// Read or change the tunables of a running mount.
+    Ctl {
+        mountpoint: PathBuf,
+        #[command(subcommand)]
+        op: CtlOp,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlOp {
+    /// Show tunables (all without KEY): value in force, and whether `set` may change it.
+    Get {
+        keys: Vec<String>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change tunables: KEY=VALUE, values as for -o (e.g. ssd.write_rate=50M meta.ttl=5s).
+    Set {
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        assignments: Vec<String>,
+    },
 }
 
 /// mount(8) runs `mount.fuse.tierfs BACKING MOUNTPOINT [-sfnv] [-o OPTS]` (and mount.fuse3
@@ -98,6 +128,7 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
         "warm",
         "evict",
         "fsck",
+        "ctl",
         "help",
         "-h",
         "--help",
@@ -145,6 +176,7 @@ fn main() {
             options,
             foreground,
             reset_cache,
+            metrics_addr,
         } => (|| {
             let mut config = config::Config::default();
             if let Some(f) = &config_file {
@@ -154,6 +186,9 @@ fn main() {
                 for opt in group.split(',') {
                     config.apply_mount_option(opt)?;
                 }
+            }
+            if let Some(a) = &metrics_addr {
+                config.set("metrics_addr", a)?;
             }
             mount_cmd::run(mount_cmd::MountArgs {
                 backing,
@@ -183,6 +218,13 @@ fn main() {
                 std::process::exit(2);
             }
         },
+        Cmd::Ctl { mountpoint, op } => {
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            match op {
+                CtlOp::Get { keys, json } => ctl_cmd::get(&mountpoint, &keys, json),
+                CtlOp::Set { assignments } => ctl_cmd::set(&mountpoint, &assignments),
+            }
+        }
     };
     if let Err(e) = result {
         eprintln!("tierfs: {e:#}");

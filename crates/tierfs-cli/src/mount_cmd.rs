@@ -3,7 +3,7 @@
 //! returns only once the mount is up, like mount(8).
 
 use crate::config::Config;
-use crate::control;
+use crate::{commands, control, runtime};
 use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -297,15 +297,11 @@ fn serve(
             fs.replay_journal(config.wb.clone(), &journal, reset_cache)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        let stats_fs = fs.clone();
-        control::serve(&socket, move |cmd| match cmd {
-            "stats" => serde_json::to_string(&stats_fs.stats())
-                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
-            // `tierfs warm` / `tierfs evict` (cache_cmd.rs), else unknown.
-            other => crate::cache_cmd::handle(&stats_fs, other).unwrap_or_else(|| {
-                serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string()
-            }),
-        })?;
+        let listener = control::bind(&socket)?;
+        let metrics = match config.metrics_addr {
+            Some(addr) => Some(crate::metrics::start(addr, fs.clone())?),
+            None => None,
+        };
         let signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGINT,
             signal_hook::consts::SIGTERM,
@@ -314,15 +310,35 @@ fn serve(
             let _ = std::fs::remove_file(&socket);
             anyhow::anyhow!("mount {}: {e}", mountpoint.display())
         })?;
-        Ok((fs, mounted, signals))
+        Ok((fs, mounted, signals, listener, metrics))
     })();
-    let (fs, mut mounted, mut signals) = match setup {
+    let (fs, mut mounted, mut signals, listener, metrics) = match setup {
         Ok(x) => x,
         Err(e) => {
             report(&mut ready, &format!("{e:#}"));
             return Err(e);
         }
     };
+    // The control socket is served once the mount is up: `set` reaches the kernel TTLs too.
+    let mut in_force = config.clone();
+    in_force.metrics_addr = metrics;
+    let daemon = commands::Daemon {
+        fs: fs.clone(),
+        tunables: runtime::Tunables::new(
+            runtime::Mount {
+                fs: fs.clone(),
+                ttls: mounted.ttls(),
+            },
+            in_force,
+        ),
+    };
+    if let Err(e) = control::serve(listener, move |words| daemon.handle(words)) {
+        // Mounted already: serve without a control socket rather than leave a dead mount.
+        tracing::warn!("no control socket: {e:#}");
+    }
+    if let Some(addr) = metrics {
+        tracing::info!("Prometheus metrics at http://{addr}/metrics");
+    }
     let registry = tierfs_fuse::mount_device(mountpoint).ok().and_then(|dev| {
         control::register(&dev, &socket)
             .map_err(|e| tracing::warn!("{e:#}"))

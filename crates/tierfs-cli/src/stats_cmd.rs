@@ -1,17 +1,12 @@
 //! `tierfs stats`: the counters of a running mount, like `sysctl vm.swapcache` or arcstats.
 
 use crate::control;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::Path;
 
 pub fn run(mountpoint: &Path, json: bool) -> Result<()> {
     let socket = control::socket_for_mount(mountpoint)?;
-    let answer = control::request(&socket, "stats")?;
-    let v: serde_json::Value =
-        serde_json::from_str(&answer).context("daemon answered with invalid JSON")?;
-    if let Some(e) = v.get("error") {
-        anyhow::bail!("daemon: {e}");
-    }
+    let v = control::request(&socket, &["stats"])?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());

@@ -181,10 +181,7 @@ fn n(v: &Value, k: &str) -> u64 {
 fn pre_warm_notes(targets: &[Target], total: u64, budget: bool) -> Result<()> {
     for t in targets {
         // Best effort: a daemon busy with another long request may not answer in time.
-        let Ok(a) = control::request(&t.socket, "stats") else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(&a) else {
+        let Ok(v) = control::request(&t.socket, &["stats"]) else {
             continue;
         };
         let ssd = &v["ssd"];

@@ -125,6 +125,8 @@ pub struct Fs<S: Store> {
     /// The persistent second-level tier, if the mount has one.
     pub(crate) ssd: Option<Arc<SsdCache>>,
     pub(crate) ra_pool: Pool,
+    /// `readahead.max`, which may change at run time (`tierfs ctl set`).
+    pub(crate) readahead_max: AtomicU64,
     as_root: bool,
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
     /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
@@ -168,6 +170,7 @@ impl<S: Store> Fs<S> {
             meta: MetaCache::new(cfg.meta_ttl, cfg.meta_max_entries),
             ssd,
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
+            readahead_max: AtomicU64::new(cfg.readahead_max),
             as_root: unsafe { libc::geteuid() } == 0,
             estale: DashMap::new(),
             store,
@@ -846,7 +849,7 @@ impl<S: Store> Fs<S> {
         let i = self.inodes.get(ino)?;
         let st = i.file.clone()?;
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
-        if !read_only || self.cfg.meta_cto || st.expired(self.cfg.meta_ttl) {
+        if !read_only || self.cfg.meta_cto || st.expired(self.meta.ttl()) {
             return None;
         }
         FsStats::add(&self.stats.lazy_opens, 1);

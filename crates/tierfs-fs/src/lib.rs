@@ -13,6 +13,7 @@ mod meta_codec;
 mod pool;
 mod read;
 mod stats;
+mod tune;
 mod warm;
 mod write;
 mod writeback;
@@ -23,7 +24,7 @@ pub use counted::{BackingStats, CountedStore};
 pub use file_state::RACY_WINDOW;
 pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
-pub use stats::{FsStats, StatsSnapshot};
+pub use stats::{FsStats, StatsSnapshot, GAUGES};
 pub use tierfs_cache::pressure::one_malloc_arena;
 pub use tierfs_cache::{
     PressureConfig, PressureMonitor, PressureStats, SsdCache, SsdConfig, SsdError, SsdIdentity,
@@ -32,6 +33,7 @@ pub use tierfs_cache::{
 pub use tierfs_store::{
     Attr, Errno, FileKind, Result, SetAttr, StatFs, Store, TimeSpec, TimeUpdate,
 };
+pub use tune::AtomicDuration;
 pub use warm::{EvictReport, WarmError, WarmReport, WarmStats};
 pub use writeback::{CloseMode, FsyncMode, ReserveStats, WbConfig, WbMode, WbStats};
 

@@ -11,8 +11,10 @@
 //! one attribute record and our own operations patch both maps in place rather than dropping
 //! whole listings (an untar into one directory must not relist it per file).
 
+use crate::tune::AtomicDuration;
 use dashmap::DashMap;
 use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, FileKind};
 
@@ -44,9 +46,11 @@ pub struct MetaCache {
     attrs: DashMap<Ident, (Attr, Instant)>,
     dirs: DashMap<Ident, Listing>,
     links: DashMap<Ident, (OsString, Attr)>,
-    ttl: Duration,
-    /// Bound on attribute records plus listing entries (`meta.max_entries`).
-    max_entries: usize,
+    /// `meta.ttl`; changes at run time (`tierfs ctl set`).
+    ttl: AtomicDuration,
+    /// Bound on attribute records plus listing entries (`meta.max_entries`); changes at run
+    /// time.
+    max_entries: AtomicUsize,
 }
 
 /// What a cached listing says about a name.
@@ -65,17 +69,36 @@ impl MetaCache {
             attrs: DashMap::new(),
             dirs: DashMap::new(),
             links: DashMap::new(),
-            ttl,
-            max_entries,
+            ttl: AtomicDuration::new(ttl),
+            max_entries: AtomicUsize::new(max_entries),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        !self.ttl.is_zero() && self.max_entries > 0
+        !self.ttl().is_zero() && self.max_entries() > 0
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl.get()
+    }
+
+    /// A new `meta.ttl`: records are judged by it from now on (a shorter one expires records
+    /// at once; with 0 nothing more is cached).
+    pub fn set_ttl(&self, ttl: Duration) {
+        self.ttl.set(ttl);
+    }
+
+    fn max_entries(&self) -> usize {
+        self.max_entries.load(Relaxed)
+    }
+
+    /// A new `meta.max_entries`: the bound is enforced at the next insertion.
+    pub fn set_max_entries(&self, n: usize) {
+        self.max_entries.store(n, Relaxed);
     }
 
     fn fresh(&self, at: Instant) -> bool {
-        at.elapsed() < self.ttl
+        at.elapsed() < self.ttl()
     }
 
     /// Attributes validated within `meta.ttl`.
@@ -242,12 +265,13 @@ impl MetaCache {
     /// Keeps the maps within `max_entries`: expired records go first, then everything (a
     /// crude bound, but it holds, and the SSD tier still has the listings).
     fn make_room(&self) {
-        if self.attrs.len() < self.max_entries {
+        let max = self.max_entries();
+        if self.attrs.len() < max {
             return;
         }
         self.attrs.retain(|_, v| self.fresh(v.1));
         self.dirs.retain(|_, l| self.fresh(l.validated));
-        if self.attrs.len() >= self.max_entries / 2 {
+        if self.attrs.len() >= max / 2 {
             self.attrs.clear();
             self.dirs.clear();
             self.links.clear();

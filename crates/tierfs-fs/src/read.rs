@@ -7,6 +7,7 @@ use crate::fs::{Fs, OpenFile};
 use crate::meta_codec::version_of;
 use crate::stats::{FsStats, Gauge};
 use bytes::{Bytes, BytesMut};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tierfs_cache::{BlockKey, Claim, FlightGuard, SsdKey, KIND_DATA};
 use tierfs_store::{Errno, Result, Store};
@@ -146,7 +147,7 @@ impl<S: Store> Fs<S> {
         let Ok(of) = self.file_for(ino, fh, false) else {
             return false;
         };
-        if of.state.expired(self.cfg.meta_ttl)
+        if of.state.expired(self.meta.ttl())
             || of
                 .state
                 .has_dirty
@@ -240,7 +241,7 @@ impl<S: Store> Fs<S> {
         size: u32,
     ) -> Result<Bytes> {
         let of = of.clone();
-        if of.state.expired(self.cfg.meta_ttl) {
+        if of.state.expired(self.meta.ttl()) {
             let attr = self.store.fstat(self.handle(&of)?)?;
             self.observe(&of.state, &attr);
         }
@@ -511,7 +512,7 @@ impl<S: Store> Fs<S> {
     /// NFS stream) parallel or out-of-order fetches of one file cost a seek each, which is what
     /// read-ahead exists to avoid.
     fn read_ahead(self: &Arc<Self>, of: &Arc<OpenFile<S>>, v: &Version, span: &Span) {
-        let max_blocks = self.cfg.readahead_max / self.cfg.block_size;
+        let max_blocks = self.readahead_max.load(Relaxed) / self.cfg.block_size;
         // Blocks of a racy version are not cached: fetching them ahead would be wasted.
         if max_blocks == 0 || racy(&v.fp) {
             return;

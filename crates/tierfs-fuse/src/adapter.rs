@@ -9,13 +9,30 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
-use tierfs_fs::{Fs, Pool, Requester, SetAttr, Store, TimeUpdate};
+use tierfs_fs::{AtomicDuration, Fs, Pool, Requester, SetAttr, Store, TimeUpdate};
+
+/// How long the kernel caches attributes (`fuse.attr_ttl`) and names (`fuse.entry_ttl`)
+/// without asking; `tierfs ctl set` changes them for every reply from then on.
+#[derive(Debug)]
+pub struct KernelTtls {
+    pub attr: AtomicDuration,
+    pub entry: AtomicDuration,
+}
+
+impl KernelTtls {
+    pub fn new(attr: Duration, entry: Duration) -> KernelTtls {
+        KernelTtls {
+            attr: AtomicDuration::new(attr),
+            entry: AtomicDuration::new(entry),
+        }
+    }
+}
 
 pub struct Adapter<S: Store> {
     pub fs: Arc<Fs<S>>,
     pub pool: Pool,
-    pub attr_ttl: Duration,
-    pub entry_ttl: Duration,
+    /// How long the kernel may trust what we tell it; may change at run time.
+    pub ttls: Arc<KernelTtls>,
     /// Set once the session exists: tells the kernel to drop attributes it must not trust.
     pub notifier: Arc<OnceLock<Notifier>>,
 }
@@ -66,7 +83,7 @@ impl<S: Store> Adapter<S> {
 
     /// Runs `job` on the I/O pool with its own handle on the adapter's state.
     fn spawn(&self, job: impl FnOnce(&Arc<Fs<S>>, Duration, Duration) + Send + 'static) {
-        let (fs, at, et) = (self.fs.clone(), self.attr_ttl, self.entry_ttl);
+        let (fs, at, et) = (self.fs.clone(), self.ttls.attr.get(), self.ttls.entry.get());
         self.pool.spawn(move || job(&fs, at, et));
     }
 }
@@ -101,7 +118,7 @@ impl<S: Store> Adapter<S> {
         let fs = &self.fs;
         let entries = fs.readdir(fh, offset).ok()?;
         let (dir_attr, _) = fs.getattr_fast(ino)?;
-        let ttl = self.attr_ttl.min(self.entry_ttl);
+        let ttl = self.ttls.attr.get().min(self.ttls.entry.get());
         plus_page(fs, entries, dir_attr, ttl, |name| {
             fs.lookup_fast(ino, name, 0)
         })
@@ -198,7 +215,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         // Answered from the metadata cache right here when it can be: a thread hand-off per
         // name costs more than the lookup itself (`grep -r`, `find`).
         if let Some(r) = self.fs.lookup_fast(parent.0, name, req.pid()) {
-            return entry_reply(reply, self.attr_ttl, self.entry_ttl, r);
+            return entry_reply(reply, self.ttls.attr.get(), self.ttls.entry.get(), r);
         }
         let (name, pid) = (name.to_owned(), req.pid());
         self.spawn(move |fs, at, et| {
@@ -212,7 +229,7 @@ impl<S: Store> Filesystem for Adapter<S> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some((a, age)) = self.fs.getattr_fast(ino.0) {
-            return reply.attr(&self.attr_ttl.saturating_sub(age), &file_attr(&a));
+            return reply.attr(&self.ttls.attr.get().saturating_sub(age), &file_attr(&a));
         }
         self.spawn(move |fs, at, _| match fs.getattr_aged(ino.0) {
             Ok((a, age)) => reply.attr(&at.saturating_sub(age), &file_attr(&a)),
@@ -537,7 +554,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         if let Some(page) = self.readdirplus_page_fast(ino.0, fh.0, offset) {
             return send_plus_page(&self.fs, reply, page);
         }
-        let ttl = self.attr_ttl.min(self.entry_ttl);
+        let ttl = self.ttls.attr.get().min(self.ttls.entry.get());
         self.spawn(move |fs, _, _| {
             let entries = match fs.readdir(fh.0, offset) {
                 Ok(e) => e,

@@ -10,4 +10,5 @@ mod adapter;
 mod attr;
 mod mount;
 
+pub use adapter::KernelTtls;
 pub use mount::{find_mount, mount, mount_device, FuseConfig, MountInfo, Mounted, Unmounter};

@@ -1,4 +1,4 @@
-use crate::adapter::Adapter;
+use crate::adapter::{Adapter, KernelTtls};
 use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use std::ffi::CString;
 use std::io;
@@ -53,6 +53,7 @@ pub struct Mounted<S: Store> {
     pub mountpoint: PathBuf,
     /// We called mount(2) ourselves (as root), so we unmount ourselves too.
     own_mount: bool,
+    ttls: Arc<KernelTtls>,
 }
 
 /// Unmounts a [`Mounted`] from another thread (a signal handler).
@@ -84,6 +85,11 @@ impl<S: Store> Mounted<S> {
         } else {
             Unmounter::Fuser(self.session.unmount_callable())
         }
+    }
+
+    /// The kernel TTLs the mount replies with, to change them while it runs.
+    pub fn ttls(&self) -> Arc<KernelTtls> {
+        self.ttls.clone()
     }
 
     /// Serves requests until the filesystem is unmounted.
@@ -136,11 +142,11 @@ pub fn mount<S: Store>(
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
     let notifier = Arc::new(std::sync::OnceLock::new());
+    let ttls = Arc::new(KernelTtls::new(cfg.attr_ttl, cfg.entry_ttl));
     let adapter = Adapter {
         fs,
         pool: Pool::new("tierfs-io", cfg.io_threads),
-        attr_ttl: cfg.attr_ttl,
-        entry_ttl: cfg.entry_ttl,
+        ttls: ttls.clone(),
         notifier: notifier.clone(),
     };
     let own_mount = unsafe { libc::geteuid() } == 0;
@@ -164,6 +170,7 @@ pub fn mount<S: Store>(
         session,
         mountpoint: mountpoint.to_path_buf(),
         own_mount,
+        ttls,
     })
 }
 

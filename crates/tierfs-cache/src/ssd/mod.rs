@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     pub queued_bytes: AtomicU64,
     /// The largest entry a cluster holds (`cluster_size`).
     pub max_entry: u32,
+    /// Admission switches (`cache_data`, `cache_meta`), which may change at run time.
+    pub admit_data: AtomicBool,
+    pub admit_meta: AtomicBool,
     /// Read-around windows for small entries.
     pub windows: Arc<window::Windows>,
 }
@@ -98,8 +101,19 @@ impl Shared {
             full: AtomicBool::new(false),
             queued_bytes: AtomicU64::new(0),
             max_entry: cfg.cluster_size.min(u32::MAX as u64) as u32,
+            admit_data: AtomicBool::new(cfg.cache_data),
+            admit_meta: AtomicBool::new(cfg.cache_meta),
             windows: Arc::new(window::Windows::default()),
             cfg,
+        }
+    }
+
+    /// Whether entries of this kind are admitted now (`cache_data`, `cache_meta`).
+    pub(crate) fn admits(&self, kind: u8) -> bool {
+        if kind == KIND_DATA {
+            self.admit_data.load(Relaxed)
+        } else {
+            self.admit_meta.load(Relaxed)
         }
     }
 }
@@ -383,7 +397,7 @@ impl SsdCache {
     pub fn offer(&self, key: SsdKey, version: u64, data: Bytes) -> bool {
         let sh = &self.sh;
         let c = &sh.ctr;
-        if !sh.cfg.admits(key.kind) || data.len() > sh.max_entry as usize {
+        if !sh.admits(key.kind) || data.len() > sh.max_entry as usize {
             inc(&c.dropped_other);
             return false;
         }
@@ -484,6 +498,13 @@ impl SsdCache {
 
     pub fn set_write_burst(&self, bytes: u64) {
         self.sh.budget.set_depth(bytes);
+    }
+
+    /// Switches admission of file data (`cache_data`) and of the other kinds (`cache_meta`)
+    /// for offers from now on; what is stored stays and is still served.
+    pub fn set_admission(&self, data: bool, meta: bool) {
+        self.sh.admit_data.store(data, Relaxed);
+        self.sh.admit_meta.store(meta, Relaxed);
     }
 
     pub fn stats(&self) -> SsdStats {

@@ -118,15 +118,6 @@ impl SsdConfig {
         }
         Ok(())
     }
-
-    /// Whether `offer` admits entries of this kind.
-    pub(crate) fn admits(&self, kind: u8) -> bool {
-        if kind == KIND_DATA {
-            self.cache_data
-        } else {
-            self.cache_meta
-        }
-    }
 }
 
 /// What a cache directory is bound to. Entries are keyed by (dev, ino, idx) of one backing

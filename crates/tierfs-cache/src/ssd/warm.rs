@@ -69,7 +69,7 @@ impl SsdCache {
     ) -> Result<Admit, AdmitError> {
         let sh = &self.sh;
         let c = &sh.ctr;
-        if !sh.cfg.admits(key.kind) {
+        if !sh.admits(key.kind) {
             return Err(AdmitError::KindDisabled);
         }
         if data.len() > sh.max_entry as usize {

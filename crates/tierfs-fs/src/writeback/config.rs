@@ -1,5 +1,6 @@
 //! Tunables of write-back (`writeback.*`); defaults, units and reasons in docs/tunables.md.
 
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,5 +69,74 @@ impl Default for WbConfig {
             reserve_chunk: 256 << 20,
             retry_max: Duration::from_secs(30),
         }
+    }
+}
+
+/// The write-back tunables that may change while the mount runs (`tierfs ctl set`); the rest
+/// of [`WbConfig`] is fixed when write-back starts (the journal's geometry is on disk).
+pub(crate) struct WbLive {
+    dirty_soft: AtomicU64,
+    dirty_hard: AtomicU64,
+    fsync: AtomicU8,
+    close: AtomicU8,
+    /// Flusher threads wanted (`writeback.flushers`).
+    pub flushers: AtomicUsize,
+    /// Flusher threads running: above `flushers`, the next one to look for work retires.
+    /// Changed only under `resize`, so a change of `flushers` and a retirement cannot cross.
+    pub running: AtomicUsize,
+    pub resize: parking_lot::Mutex<()>,
+    /// Flusher threads ever started (names them).
+    pub started: AtomicUsize,
+}
+
+impl WbLive {
+    pub fn new(cfg: &WbConfig) -> WbLive {
+        let live = WbLive {
+            dirty_soft: AtomicU64::new(0),
+            dirty_hard: AtomicU64::new(0),
+            fsync: AtomicU8::new(0),
+            close: AtomicU8::new(0),
+            flushers: AtomicUsize::new(cfg.flushers.max(1)),
+            running: AtomicUsize::new(0),
+            resize: Default::default(),
+            started: AtomicUsize::new(0),
+        };
+        live.set_limits(cfg.dirty_soft, cfg.dirty_hard);
+        live.set_fsync(cfg.fsync);
+        live.set_close(cfg.close);
+        live
+    }
+
+    /// (dirty_soft, dirty_hard), hard above soft.
+    pub fn limits(&self) -> (u64, u64) {
+        let soft = self.dirty_soft.load(Relaxed);
+        (soft, self.dirty_hard.load(Relaxed).max(soft + 1))
+    }
+
+    pub fn set_limits(&self, soft: u64, hard: u64) {
+        self.dirty_soft.store(soft, Relaxed);
+        self.dirty_hard.store(hard, Relaxed);
+    }
+
+    pub fn fsync(&self) -> FsyncMode {
+        match self.fsync.load(Relaxed) {
+            0 => FsyncMode::Backing,
+            _ => FsyncMode::Journal,
+        }
+    }
+
+    pub fn set_fsync(&self, m: FsyncMode) {
+        self.fsync.store(m as u8, Relaxed);
+    }
+
+    pub fn close(&self) -> CloseMode {
+        match self.close.load(Relaxed) {
+            0 => CloseMode::Async,
+            _ => CloseMode::Flush,
+        }
+    }
+
+    pub fn set_close(&self, m: CloseMode) {
+        self.close.store(m as u8, Relaxed);
     }
 }

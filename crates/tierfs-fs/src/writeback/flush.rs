@@ -36,6 +36,9 @@ impl<S: Store> Fs<S> {
         loop {
             let Some(fs) = fs.upgrade() else { return };
             let Some(wb) = fs.wb() else { return };
+            if wb.retire_flusher() {
+                return;
+            }
             match fs.pick_dirty(wb) {
                 Some(i) => {
                     let r = fs.flush_group(wb, &i, wb.cfg.group);
@@ -133,8 +136,8 @@ impl<S: Store> Fs<S> {
                     d.error = Some(e);
                 }
             }
-            // Counted once the error is recorded: whoever sees the count move (a test, an
-            // operator) and then closes the file must get the error.
+            // Counted once the error is there to report: whoever sees the count move (a
+            // test, a monitor) finds the error at the next fsync or close.
             wb.c.flush_errors.fetch_add(1, Relaxed);
         }
         r
@@ -323,7 +326,7 @@ impl<S: Store> Fs<S> {
     /// reported is reported.
     pub(crate) fn fsync_back(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>) -> Result<()> {
         let Some(st) = &i.file else { return Ok(()) };
-        match wb.cfg.fsync {
+        match wb.live.fsync() {
             super::FsyncMode::Backing => self.flush_file_now(wb, i)?,
             super::FsyncMode::Journal => {
                 let seq = st.dirty.lock().as_ref().map(|d| d.max_seq);
@@ -356,7 +359,7 @@ impl<S: Store> Fs<S> {
     pub fn flush(&self, ino: u64) -> Result<()> {
         let Some(wb) = self.wb() else { return Ok(()) };
         let i = self.inode(ino)?;
-        if wb.cfg.close == super::CloseMode::Flush {
+        if wb.live.close() == super::CloseMode::Flush {
             self.flush_file_now(wb, &i)?;
         }
         self.take_flush_error(&i)
@@ -455,7 +458,9 @@ impl<S: Store> Fs<S> {
         }
         wb.stop.store(true, Release);
         wb.notify();
-        for h in wb.threads.lock().drain(..) {
+        // Taken out first: no lock is held while the flushers finish.
+        let threads = std::mem::take(&mut *wb.threads.lock());
+        for h in threads {
             let _ = h.join();
         }
         wb.journal.shutdown();

@@ -7,7 +7,8 @@
 //!
 //! Files: `dirty` (one file's dirty extents), `reserve` (space reservation), `write` (the
 //! write path, reads and attributes over dirty data, flow control), `flush` (flushers,
-//! fsync, close, namespace ordering, drain), `replay` (the journal at start).
+//! fsync, close, namespace ordering, drain), `replay` (the journal at start), `tune` (tunables
+//! changed at run time).
 
 mod config;
 mod dirty;
@@ -15,6 +16,7 @@ mod flush;
 mod replay;
 mod reserve;
 mod stats;
+mod tune;
 mod write;
 
 pub use config::{CloseMode, FsyncMode, WbConfig, WbMode};
@@ -36,7 +38,9 @@ pub(crate) type DirtyFiles<S> = BTreeMap<(u64, u64), Arc<Inode<St<S>>>>;
 
 /// The write-back machinery of one mount (present only with `writeback.mode=back`).
 pub struct Writeback<S: Store> {
+    /// As started; what may change at run time is in `live`.
     pub(crate) cfg: WbConfig,
+    pub(crate) live: config::WbLive,
     pub(crate) journal: Journal,
     pub(crate) reserve: reserve::Reservations,
     pub(crate) c: stats::WbCounters,
@@ -95,8 +99,9 @@ impl<S: Store> Writeback<S> {
             flush_rate_bps: flush_rate,
             dirty_bytes: g(&c.dirty_bytes),
             dirty_files: g(&c.dirty_files),
-            dirty_soft: self.cfg.dirty_soft,
-            dirty_hard: self.cfg.dirty_hard,
+            dirty_soft: self.live.limits().0,
+            dirty_hard: self.live.limits().1,
+            flushers: self.live.running.load(Relaxed) as u64,
             oldest_dirty_ms: oldest,
             written_bytes: g(&c.written_bytes),
             inline_writes: g(&c.inline_writes),

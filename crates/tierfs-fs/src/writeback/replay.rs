@@ -44,6 +44,7 @@ impl<S: Store> Fs<S> {
         c.replay_ms.store(t.elapsed().as_millis() as u64, Relaxed);
         let flushers = cfg.flushers.max(1);
         let wb = Writeback {
+            live: super::config::WbLive::new(&cfg),
             // 1 MiB never promised: room for the store's own metadata (extent and indirect
             // blocks) that allocating the reserved blocks may need.
             reserve: super::reserve::Reservations::new(cfg.reserve_chunk, 1 << 20),
@@ -62,13 +63,10 @@ impl<S: Store> Fs<S> {
             return Err("write-back started twice".into());
         }
         let wb = self.wb().ok_or("write-back missing")?;
-        for n in 0..flushers {
-            let weak = Arc::downgrade(self);
-            let h = std::thread::Builder::new()
-                .name(format!("tierfs-flush{n}"))
-                .spawn(move || Fs::flusher_loop(weak))
+        let _g = wb.live.resize.lock();
+        for _ in 0..flushers {
+            self.spawn_flusher(wb)
                 .map_err(|e| format!("starting flusher threads: {e}"))?;
-            wb.threads.lock().push(h);
         }
         Ok(())
     }

@@ -31,6 +31,9 @@ pub struct WbStats {
     pub dirty_files: u64,
     pub dirty_soft: u64,
     pub dirty_hard: u64,
+    /// Flusher threads running (`writeback.flushers`, which `tierfs ctl set` may change).
+    #[serde(default)]
+    pub flushers: u64,
     pub oldest_dirty_ms: u64,
     /// Bytes/s written back, over the time since the previous stats call (at least 1 s).
     pub flush_rate_bps: u64,

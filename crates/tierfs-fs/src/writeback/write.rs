@@ -62,10 +62,7 @@ impl<S: Store> Fs<S> {
     /// Slows a writer gradually above `dirty_soft`; at `dirty_hard` it waits for the
     /// flushers (flow control: dirty data and the journal stay bounded).
     fn throttle(&self, wb: &Writeback<S>, len: u64) {
-        let (soft, hard) = (
-            wb.cfg.dirty_soft,
-            wb.cfg.dirty_hard.max(wb.cfg.dirty_soft + 1),
-        );
+        let (soft, hard) = wb.live.limits();
         let level = wb.dirty_bytes();
         if level + len > hard && level > 0 {
             wb.c.hard_waits.fetch_add(1, Relaxed);
@@ -120,7 +117,7 @@ impl<S: Store> Fs<S> {
             return Ok(self.write_through(of, offset, &data));
         };
         let reserved = if inline {
-            if wb.dirty_bytes() + len > wb.cfg.dirty_soft {
+            if wb.dirty_bytes() + len > wb.live.limits().0 {
                 return Err(data);
             }
             match wb.reserve.try_reserve(offset, len) {

@@ -132,6 +132,22 @@ fn kind_switches_and_size_limit() {
     assert_eq!(c.get(&attr, 1).unwrap(), data(1, 1, 100));
     assert_eq!(c.get(&big, 1).unwrap(), data(2, 1, 64 << 10));
     assert_eq!(c.stats().dropped_other, 2);
+    // Switched at run time (`tierfs ctl set ssd.cache_data=on,ssd.cache_meta=off`).
+    c.set_admission(true, false);
+    assert!(c.offer(key(3), 1, data(3, 1, 100)), "data admitted once on");
+    let attr2 = SsdKey {
+        kind: KIND_ATTR,
+        ..key(4)
+    };
+    assert!(!c.offer(attr2, 1, data(4, 1, 100)), "meta refused once off");
+    c.flush();
+    assert_eq!(c.get(&key(3), 1).unwrap(), data(3, 1, 100));
+    assert_eq!(
+        c.get(&attr, 1).unwrap(),
+        data(1, 1, 100),
+        "stored entries stay"
+    );
+    assert_eq!(c.stats().dropped_other, 3);
 }
 
 #[test]

@@ -1,0 +1,41 @@
+//! The daemon's side of the control socket: a request is a command word and its arguments
+//! (docs/control.md). A new command is one arm in [`Daemon::handle`] and its name in
+//! [`COMMANDS`].
+
+use crate::control::error;
+use crate::runtime::Tunables;
+use serde_json::Value;
+use std::sync::Arc;
+use tierfs_fs::Fs;
+use tierfs_store::PosixStore;
+
+/// The commands the daemon knows, for the message about an unknown one.
+pub const COMMANDS: &[&str] = &["stats", "get", "set", "warm", "evict"];
+
+pub struct Daemon {
+    pub fs: Arc<Fs<PosixStore>>,
+    pub tunables: Tunables,
+}
+
+impl Daemon {
+    /// Answers one request: the command's JSON answer, or `{"error": "..."}`.
+    pub fn handle(&self, words: &[String]) -> Value {
+        let Some((cmd, args)) = words.split_first() else {
+            return error("empty request");
+        };
+        let r = match cmd.as_str() {
+            "stats" => serde_json::to_value(self.fs.stats()).map_err(|e| e.to_string()),
+            "get" => self.tunables.get(args),
+            "set" => self.tunables.set(args),
+            // `tierfs warm` / `tierfs evict`: their own encoding of arguments (cache_cmd.rs).
+            "warm" | "evict" => crate::cache_cmd::handle(&*self.fs, &words.join(" "))
+                .ok_or_else(|| "unknown command".to_string())
+                .and_then(|a| serde_json::from_str(&a).map_err(|e| e.to_string())),
+            other => Err(format!(
+                "unknown command {other:?} (commands: {})",
+                COMMANDS.join(", ")
+            )),
+        };
+        r.unwrap_or_else(error)
+    }
+}
