@@ -283,11 +283,14 @@ class Rclone(Contender):
             return {}
         self.s.cg.kill()  # a leftover reader would keep the mount busy
         t0 = time.monotonic()
-        R.force_unmount(self.mnt)
+        # rclone's own way to stop a mount: SIGINT makes it unmount and exit (after a
+        # plain `fusermount3 -u` it sometimes lingers for minutes with --rc on).
+        self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            R.log("rclone did not exit after unmount: SIGTERM")
+            R.log("rclone did not exit 60 s after SIGINT: unmounting, SIGTERM")
+            R.force_unmount(self.mnt)
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=20)

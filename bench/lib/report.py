@@ -76,6 +76,16 @@ def endurance_rows(suite) -> list:
     return rows
 
 
+def flat_stats(st: dict, prefix: str = "") -> list:
+    """`tierfs stats --json` as one line per object: `ssd: hits=.. misses=..`."""
+    top = [f"{k}={v}" for k, v in sorted(st.items()) if not isinstance(v, dict)]
+    out = [f"{prefix or '(top)'}: " + " ".join(top)] if top else []
+    for k, v in sorted(st.items()):
+        if isinstance(v, dict):
+            out += flat_stats(v, f"{prefix}.{k}" if prefix else k)
+    return out
+
+
 def write_suite_report(suite, machine: dict, started: datetime.datetime, name: str,
                        left: dict, interrupted: bool) -> Path:
     b, args = suite.b, suite.args
@@ -122,6 +132,9 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
         f"`{p}`: `{e}`" for p, e in profs.items()))
     A(f"- memory budget: tierfs `ram.max` = {R.human(suite.M)}; measured readers run in a "
       f"memory cgroup: {suite.cg.describe()}")
+    A(f"- tierfs options in every workload: `-o {','.join(suite.tierfs_opts)}` (write-back "
+      "adds `writeback.mode=back`)" + (f"; **{suite.min_free_note}**" if suite.min_free_note
+                                        else ""))
     if suite.nofile:
         (s0, h0), (s1, h1) = suite.nofile
         A(f"- RLIMIT_NOFILE of the harness and the daemons: {s0}/{h0}"
@@ -210,6 +223,15 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
                 A("```")
                 A(text)
                 A("```")
+            A("</details>")
+            A("")
+        for k, st in sec.last_stats.items():
+            A(f"<details><summary>{k}: <code>tierfs stats --json</code> before its last "
+              "unmount</summary>")
+            A("")
+            A("```")
+            L.extend(flat_stats(st))
+            A("```")
             A("</details>")
             A("")
         A("<details><summary>Commands</summary>")

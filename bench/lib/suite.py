@@ -48,6 +48,7 @@ class Section:
         self.acc: dict = {}          # contender key -> endurance counters
         self.perf: list = []         # (label, summary text)
         self.daemon: dict = {}       # contender key -> teardown facts
+        self.last_stats: dict = {}   # contender key -> its last `tierfs stats --json`
         self.seconds = 0.0
         self.emulation = ""
         self.png: Optional[str] = None
@@ -87,8 +88,23 @@ class Suite:
         b.cleanup_hooks.append(("stop background jobs", self.kill_bg))
 
     def _opts(self) -> list:
+        # tierfs pauses SSD admission when the cache device would drop below
+        # ssd.min_free_pct (default 10%) free: on a nearly full shared disk that would turn
+        # every SSD-tier number into a RAM-tier-only number. Lowered (and said so) then.
+        st = os.statvfs(R.WORK)
+        self.disk_free_pct = 100.0 * st.f_bavail / st.f_blocks
+        extra = []
+        if self.disk_free_pct < 15 and not any(o.startswith("ssd.min_free_pct=")
+                                               for o in self.args.tierfs_opt):
+            extra = ["ssd.min_free_pct=1"]
+            R.log(f"the cache disk is only {self.disk_free_pct:.0f}% free: adding "
+                  "ssd.min_free_pct=1 (tierfs would pause its SSD tier below 10%)")
+        self.min_free_note = (f"the cache disk was {self.disk_free_pct:.0f}% free at the start, "
+                              "below tierfs's default guard (`ssd.min_free_pct=10`), so the "
+                              "suite mounted tierfs with `ssd.min_free_pct=1`") if extra else ""
         opts: dict = {}
-        for o in [f"ram.max={self.args.ram_max}", *SUITE_SSD_OPTS, *self.args.tierfs_opt]:
+        for o in [f"ram.max={self.args.ram_max}", *SUITE_SSD_OPTS, *extra,
+                  *self.args.tierfs_opt]:
             opts.pop(o.split("=", 1)[0], None)
             opts[o.split("=", 1)[0]] = o
         return list(opts.values())
@@ -186,9 +202,11 @@ class Suite:
                     body(c, c.root)
                 finally:
                     self._close(sec, c)
-            except R.BenchError as e:
-                sec.errors[key] = str(e)
-                R.log(f"{sec.workload}: {key} failed: {e}")
+            except (R.BenchError, OSError, ValueError, KeyError, TypeError, IndexError,
+                    ZeroDivisionError, AttributeError) as e:
+                # A bug or a surprise in one contender's run must not cost the others.
+                sec.errors[key] = describe_error(e)
+                R.log(f"{sec.workload}: {key} failed: {sec.errors[key]}")
                 if isinstance(c, C.TierfsWB) and c.unavailable:
                     sec.skipped[key] = c.unavailable
             finally:
@@ -234,6 +252,7 @@ class Suite:
         add("disk_write", (io1.get("write_bytes") or 0) - (io0.get("write_bytes") or 0)
             if io1 and io0 else None)
         if st1 is not None:
+            sec.last_stats[c.key] = st1
             for name, path in (("ssd_written", "ssd.written_bytes"),
                                ("journal_written", "writeback.journal.bytes_appended"),
                                ("t_read", "read_bytes"), ("t_write", "write_bytes"),
@@ -366,12 +385,24 @@ class Suite:
             t0 = time.monotonic()
             try:
                 fn(self, sec)
-            except R.BenchError as e:
-                sec.errors["workload"] = str(e)
-                R.log(f"workload {wl} failed: {e}")
+            except (R.BenchError, OSError, ValueError, KeyError, TypeError, IndexError,
+                    ZeroDivisionError, AttributeError) as e:
+                sec.errors["workload"] = describe_error(e)
+                R.log(f"workload {wl} failed: {sec.errors['workload']}")
             sec.seconds = time.monotonic() - t0
             R.log(f"=== workload {wl} on {prof}: {sec.seconds:.0f} s ===")
         self.t_total = time.monotonic() - self.t_start
+
+
+def describe_error(e: Exception) -> str:
+    """A BenchError's message; for anything else (a harness bug) its type, message and the
+    innermost frame, so the report shows where it happened."""
+    if isinstance(e, R.BenchError):
+        return str(e)
+    import traceback
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
 
 
 def slow_delta(s0, s1) -> dict:
@@ -476,6 +507,11 @@ def main(args) -> int:
         code = 143
     except R.BenchError as e:
         R.log(f"error: {e}")
+        code = 1
+    except Exception as e:  # noqa: BLE001 - a harness bug: still tear down and report
+        import traceback
+        traceback.print_exc()
+        R.log(f"error: {describe_error(e)}")
         code = 1
     finally:
         if b is not None:
