@@ -82,6 +82,7 @@ class Suite:
         self.perf_procs: dict = {}
         self.open_acc: dict = {}
         self.t_start = time.monotonic()
+        shutil.rmtree(R.WORK / "perf", ignore_errors=True)  # perf data of this run only
         self.versions: dict = {}
         self.nofile = None
         self.hog_procs: list = []
