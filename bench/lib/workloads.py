@@ -284,7 +284,7 @@ def wl_grep(s, sec):
         vals = {key: (r.get(k) or {}).get("files_s") for key, r in res.items()}
         if k != "cold" and "store" in res:
             vals["store"] = (res["store"].get("cold") or {}).get("files_s")
-        sec.metric(f"grep -r {man['files'] // 1000}k files: {m_} files/s", "files/s", vals)
+        sec.metric(f"grep -r {man['files']:,} files: {m_} files/s", "files/s", vals)
     sec.panels.append({"kind": "bars", "title": f"grep -r, {man['files']:,} files",
                        "unit": "files/s (log)", "log": True,
                        "categories": ["cold", "warm", "remount"],
@@ -314,7 +314,10 @@ def fio_parse(p, kind="read") -> dict:
         d = jb[kind]
         if not d.get("io_bytes"):
             raise ValueError("fio did no I/O")
-        pct = (d.get("clat_ns") or {}).get("percentile") or {}
+        # Total latency (submission + completion): with libaio on FUSE the read happens
+        # inside io_submit, so completion latency alone would show microseconds.
+        pct = (d.get("lat_ns") or {}).get("percentile") or \
+            (d.get("clat_ns") or {}).get("percentile") or {}
         return {"ok": True, "mbps": d["bw_bytes"] / 1e6, "iops": d["iops"],
                 "p50_us": pct.get("50.000000", 0) / 1000 or None,
                 "p99_us": pct.get("99.000000", 0) / 1000 or None,
@@ -341,6 +344,7 @@ def wl_fio(s, sec):
                 s.prepare(c, warm_files=[f], prime=P.fio_size if c.key == "bindfs" else 0)
                 cmd = ["fio", f"--name={key}", "--filename=" + str(path).replace(":", "\\:"),
                        "--ioengine=libaio", "--direct=1", "--readonly", *job,
+                       "--lat_percentiles=1",
                        f"--ramp_time={P.fio_ramp}", f"--runtime={P.fio_runtime}",
                        "--time_based", "--output-format=json"]
                 _, p, sl = s.timed(sec, cmd, P.fio_runtime + P.fio_ramp + 300)
@@ -387,7 +391,8 @@ def wl_fio(s, sec):
             f"{R.human(P.fio_write)} sequential 1 MiB `write(2)`s (psync, buffered) and "
             "`fsync` at the end (`--end_fsync=1`), to a new file; *on the store* adds the time "
             "until tierfs write-back had nothing dirty / rclone had no upload pending "
-            "(polled). Latencies: fio completion latency percentiles. " + emu_line(s, sec), "")
+            "(polled). Latencies: fio total latency percentiles (`--lat_percentiles=1`: "
+            "submission + completion; with libaio on FUSE the read runs inside `io_submit`). " + emu_line(s, sec), "")
     sec.add("| contender | seq 1 MiB QD16 MB/s | p50 / p99 us | 4 KiB QD1 IOPS | p50 / p99 us "
             "| 4 KiB QD32 IOPS | p50 / p99 us | store read | write MB/s | on the store after "
             "| MB/s incl. upload/flush |", "|---|" + "---:|" * 10)
@@ -444,7 +449,7 @@ def wl_fio(s, sec):
          "series": [{"name": k, "values": [val(k, "seq", "mbps"), val(k, "rand1", "iops"),
                                            val(k, "rand32", "iops")]}
                     for k in READERS if k in res]},
-        {"kind": "bars", "title": "fio 4 KiB random read latency p99", "unit": "us (log)",
+        {"kind": "bars", "title": "fio 4 KiB random read latency (p50, p99)", "unit": "us (log)",
          "log": True, "categories": ["QD1 p50", "QD1 p99", "QD32 p50", "QD32 p99"],
          "series": [{"name": k, "values": [val(k, "rand1", "p50_us"), val(k, "rand1", "p99_us"),
                                            val(k, "rand32", "p50_us"),
@@ -796,9 +801,11 @@ def wl_memory(s, sec):
     sec.add(f"A memory-hungry job next to a cached read loop (seed 004). **Hog**: "
             f"`{shlex.join(hog)}` (2 workers touching {R.human(P.hog_bytes)} in total, fixed "
             f"work of {ops} bogo-ops, calibrated from runs of 100 ({t1:.1f} s) and 400 "
-            f"({t4:.1f} s) ops after one discarded warm-up run; the machine has {R.human(total)}; the hog's size is what "
+            f"({t4:.1f} s) ops after one discarded warm-up run; the machine has "
+            f"{R.human(total)}; the hog's size is what "
             "was available at the start less 2 x ram.max and 2 GiB"
-            + (" (quick: at most 2 GiB)" if s.quick else "") + "). **Reader**: passes of "
+            + (" (quick: the smaller of 2 GiB and 1/8 of it)" if s.quick else "")
+            + "). **Reader**: passes of "
             f"`dd bs=1M iflag=direct` over `{f.name}` ({R.human(P.mem_file)}, which fits "
             f"tierfs's RAM tier of {R.human(s.M)}) in the reader cgroup, as many passes as take "
             "about as long as the hog alone (from one timed pass; stated per contender), so "
@@ -889,6 +896,7 @@ def wl_concurrency(s, sec):
                        "--rw=randread", f"--bs={bs}", "--ioengine=psync",
                        f"--direct={0 if local else 1}", f"--numjobs={n}", "--thread",
                        "--group_reporting", "--norandommap", "--randrepeat=0", "--readonly",
+                       "--lat_percentiles=1",
                        "--ramp_time=1", f"--runtime={P.conc_runtime}", "--time_based",
                        "--output-format=json"]
                 _, p, sl = s.timed(sec, cmd, P.conc_runtime + 300, cgroup=False)
