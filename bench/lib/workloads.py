@@ -71,7 +71,7 @@ def params(s) -> Params:
         fio_ramp=1 if q else 2,
         fio_write=(128 << 20) if q else (1 << 30),
         write_size=(256 << 20) if q else (2 << 30),
-        untar_files=a.untar_files or (500 if q else 3000),
+        untar_files=a.untar_files or (500 if q else 2000),
         mixed_s=6 if q else 20,
         mixed_ro_s=3 if q else 10,
         mem_file=M // 2,
