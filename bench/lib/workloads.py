@@ -897,6 +897,9 @@ def wl_concurrency(s, sec):
                        f"--direct={0 if local else 1}", f"--numjobs={n}", "--thread",
                        "--group_reporting", "--norandommap", "--randrepeat=0", "--readonly",
                        "--lat_percentiles=1",
+                       # fio drops the file's page cache before a job by default; the local
+                       # disk's cached case needs it kept.
+                       "--invalidate=0",
                        "--ramp_time=1", f"--runtime={P.conc_runtime}", "--time_based",
                        "--output-format=json"]
                 _, p, sl = s.timed(sec, cmd, P.conc_runtime + 300, cgroup=False)
