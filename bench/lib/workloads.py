@@ -681,7 +681,7 @@ def wl_mixed(s, sec):
 
 class Sampler(threading.Thread):
     """Every 0.5 s: the contender daemon's RSS, tierfs's RAM tier (ram.bytes and, when the
-    binary has them, any ram.*target* keys), MemAvailable."""
+    binary has a memory-pressure monitor, its `pressure.target`), MemAvailable."""
 
     def __init__(self, c):
         super().__init__(daemon=True)
@@ -698,8 +698,11 @@ class Sampler(threading.Thread):
             st = self.c.stats() if isinstance(self.c, C.Tierfs) else None
             ram = (st or {}).get("ram") if isinstance(st, dict) else None
             ram = ram if isinstance(ram, dict) else {}
-            target = next((v for k, v in sorted(ram.items()) if "target" in k
-                           and isinstance(v, (int, float))), None)
+            # The memory-pressure monitor's cap of the RAM tier (`pressure.target`); older
+            # binaries have none (or, defensively, a ram.*target* key).
+            target = R.jget(st, "pressure.target") or next(
+                (v for k, v in sorted(ram.items()) if "target" in k
+                 and isinstance(v, (int, float))), None)
             self.rows.append({"t": t, "rss": rss, "ram": ram.get("bytes"), "target": target,
                               "avail": meminfo("MemAvailable")})
             self.stop_ev.wait(0.5)
@@ -817,7 +820,7 @@ def wl_memory(s, sec):
             "local disk: the device). tierfs and rclone read the file once first. Each "
             "contender: reader alone, then hog and reader started together; the hog alone once "
             f"before: **{t_alone:.1f} s**. Daemon RSS (`/proc/PID/status` VmRSS) and tierfs's "
-            "`ram.bytes` (and a `ram.*target*` key when the binary reports one) sampled every "
+            "`ram.bytes` and RAM target (`pressure.target`, when the binary reports one) sampled every "
             "0.5 s. " + emu_line(s, sec), "")
     sec.add("| contender | passes | reader alone MB/s | reader next to hog MB/s | with / alone | "
             "hog next to reader s | hog slowdown | daemon RSS max alone / with hog | RAM tier "
@@ -840,7 +843,7 @@ def wl_memory(s, sec):
     sec.add("")
     tg = [x["target"] for x in (res.get("tierfs") or {}).get("samples", []) if x["target"]]
     sec.add("tierfs RAM target: " + (f"reported, min {hb(min(tg))} max {hb(max(tg))}." if tg
-                                     else "not reported by this binary (no `ram.*target*` key "
+                                     else "not reported by this binary (no `pressure.target` "
                                      "in `tierfs stats --json`)."), "")
     sec.metric("memory: cached reader MB/s next to the hog", "MB/s",
                {k: r.get("mbps") for k, r in res.items()})
