@@ -1,0 +1,536 @@
+"""The benchmark suite: `bench/run [--quick] [WORKLOAD[@PROFILE] ...]`.
+
+Runs each workload (bench/lib/workloads.py) on each contender (bench/lib/contenders.py) over
+the emulated slow store, then writes one report, bench/results/<date>-<commit>[-quick].md,
+with a one-screen summary of ratios at the top, a section per workload and profile (tables,
+exact commands, a PNG), the endurance table, perf summaries (--profile-tierfs) and a
+teardown check. Everything mounted or started is stopped on exit, error, Ctrl-C or SIGTERM
+(Bench.cleanup plus the hooks registered here); the teardown check then looks for anything
+of ours left in /proc/mounts or the process table and the report says what it found.
+"""
+
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import benchrun as R
+import contenders as C
+
+PROFILES = ["hdd", "nfs-lan"]
+# The default job list (no WORKLOAD given): every workload on hdd; on nfs-lan the two whose
+# cost is dominated by per-request latency rather than by seeks (the small-file grep and the
+# write job + untar). --quick: hdd only. See bench/README.md for the time budget.
+NFS_WORKLOADS = ["grep", "write"]
+SUITE_SSD_OPTS = ["ssd.max_size=8G", "ssd.write_rate=1G", "ssd.write_burst=64G",
+                  "meta.ttl=1h", "meta.cto=off"]
+
+
+class Section:
+    """What one workload on one profile produced."""
+
+    def __init__(self, workload: str, profile: str, title: str):
+        self.workload, self.profile, self.title = workload, profile, title
+        self.md: list = []           # markdown body
+        self.summary: list = []      # {"metric", "unit", "values": {key: v}, "tierfs": key}
+        self.panels: list = []       # suiteplot panels
+        self.cmds: list = []         # commands in order
+        self.errors: dict = {}       # where -> message
+        self.skipped: dict = {}      # contender key -> why it does not apply
+        self.acc: dict = {}          # contender key -> endurance counters
+        self.perf: list = []         # (label, summary text)
+        self.daemon: dict = {}       # contender key -> teardown facts
+        self.last_stats: dict = {}   # contender key -> its last `tierfs stats --json`
+        self.seconds = 0.0
+        self.emulation = ""
+        self.png: Optional[str] = None
+
+    def cmd(self, c) -> None:
+        s = c if isinstance(c, str) else shlex.join(str(x) for x in c)
+        if s not in self.cmds[-3:]:
+            self.cmds.append(s)
+
+    def metric(self, metric: str, unit: str, values: dict, tierfs: str = "tierfs",
+               note: str = "") -> None:
+        self.summary.append({"metric": metric, "unit": unit, "values": values,
+                             "tierfs": tierfs, "note": note})
+
+    def add(self, *lines) -> None:
+        self.md.extend(lines)
+
+
+class Suite:
+    def __init__(self, b, args, jobs: list):
+        self.b, self.args, self.jobs = b, args, jobs
+        self.quick = args.quick
+        self.M = R.parse_size(args.ram_max)
+        self.tierfs_opts = self._opts()
+        self.cg = R.ReaderCgroup(max(64 << 20, self.M // 2))
+        b.cleanup_hooks.append(("remove reader cgroup", self.cg.remove))
+        self.sections: list = []
+        self.profile: Optional[str] = None
+        self.c = {cls.key: cls(self) for cls in C.ALL}
+        self.perf_ok: Optional[str] = None  # None = not checked; "" = works; else why not
+        self.perf_procs: dict = {}
+        self.open_acc: dict = {}
+        self.t_start = time.monotonic()
+        shutil.rmtree(R.WORK / "perf", ignore_errors=True)  # perf data of this run only
+        self.versions: dict = {}
+        self.nofile = None
+        self.hog_procs: list = []
+        b.cleanup_hooks.append(("stop background jobs", self.kill_bg))
+
+    def _opts(self) -> list:
+        # tierfs pauses SSD admission when the cache device would drop below
+        # ssd.min_free_pct (default 10%) free: on a nearly full shared disk that would turn
+        # every SSD-tier number into a RAM-tier-only number. Lowered (and said so) then.
+        st = os.statvfs(R.WORK)
+        self.disk_free_pct = 100.0 * st.f_bavail / st.f_blocks
+        extra = []
+        if self.disk_free_pct < 15 and not any(o.startswith("ssd.min_free_pct=")
+                                               for o in self.args.tierfs_opt):
+            extra = ["ssd.min_free_pct=1"]
+            R.log(f"the cache disk is only {self.disk_free_pct:.0f}% free: adding "
+                  "ssd.min_free_pct=1 (tierfs would pause its SSD tier below 10%)")
+        self.min_free_note = (f"the cache disk was {self.disk_free_pct:.0f}% free at the start, "
+                              "below tierfs's default guard (`ssd.min_free_pct=10`), so the "
+                              "suite mounted tierfs with `ssd.min_free_pct=1`") if extra else ""
+        opts: dict = {}
+        for o in [f"ram.max={self.args.ram_max}", *SUITE_SSD_OPTS, *extra,
+                  *self.args.tierfs_opt]:
+            opts.pop(o.split("=", 1)[0], None)
+            opts[o.split("=", 1)[0]] = o
+        return list(opts.values())
+
+    # -- slow store --------------------------------------------------------------------------
+
+    def ensure_slowfs(self) -> None:
+        if self.b.slowfs_proc is None or self.b.slowfs_proc.poll() is not None:
+            self.b.args.profile = self.profile
+            self.b.mount_slowfs()
+
+    def slowfs_cmd(self) -> str:
+        return " ".join([str(R.SLOWFS_BIN), "--profile", self.profile or "?",
+                         *self.args.slowfs_arg, str(self.b.backing), str(self.b.slow_mnt)])
+
+    def switch_profile(self, profile: str) -> None:
+        if profile == self.profile:
+            return
+        if self.b.slowfs_proc is not None:
+            self.b.stop_slowfs()
+        self.profile = profile
+        self.b.args.profile = profile
+        self.b.emulation = ""
+        self.ensure_slowfs()
+
+    # -- background jobs (memory hog) ----------------------------------------------------------
+
+    def kill_bg(self) -> None:
+        for p in self.hog_procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        self.hog_procs = []
+
+    # -- measuring helpers -------------------------------------------------------------------
+
+    def prepare(self, c, warm_files=(), warm_dirs=(), prime: int = 0) -> None:
+        """Before a measured step: sync + drop_caches; for contenders over the emulated store
+        the backing files are read back into the page cache (slowfs's own backing reads must
+        not be slower than the emulated device; local disk and bindfs are left cold); memory
+        priming (FUSE-NOTES lesson 8)."""
+        R.drop_caches()
+        if c.emulated:
+            self.b.warm_backing(warm_files)
+            for d in warm_dirs:
+                R.run(["sh", "-c", 'find "$0" -type f -print0 | xargs -0 -r cat > /dev/null', d],
+                      3600)
+        if prime and not self.args.no_prime:
+            R.prime_memory(prime)
+
+    def timed(self, sec: Section, cmd, timeout: float, cgroup: bool = True, ok_rc=(0,)):
+        """Runs cmd (in the reader cgroup unless cgroup=False); returns (seconds, process,
+        slowfs counter deltas)."""
+        sec.cmd(cmd)
+        s0 = self.b.slowfs_stats()
+        t0 = time.monotonic()
+        p = R.run(self.cg.wrap(cmd) if cgroup else cmd, timeout, check=False)
+        dt = time.monotonic() - t0
+        s1 = self.b.slowfs_stats()
+        if p.returncode not in ok_rc:
+            raise R.BenchError(f"failed (rc={p.returncode}): "
+                               f"{shlex.join(str(c) for c in cmd)}\n"
+                               f"{(p.stderr or '').strip()[-800:]}")
+        return dt, p, slow_delta(s0, s1)
+
+    def served(self, sec: Section, key: str, read: int = 0, write: int = 0) -> None:
+        a = sec.acc.setdefault(key, {})
+        a["served_read"] = a.get("served_read", 0) + read
+        a["served_write"] = a.get("served_write", 0) + write
+
+    # -- contender lifecycle -----------------------------------------------------------------
+
+    def each(self, sec: Section, keys: list, body: Callable, fresh: bool = True) -> None:
+        """For each contender key: mount (fresh cache), run body(contender, root), tear down.
+        A failure is recorded in sec.errors and the next contender runs. Endurance counters
+        and (--profile-tierfs) perf run from mount to unmount."""
+        for key in keys:
+            if key in sec.skipped:
+                continue
+            c = self.c[key]
+            R.log(f"--- {sec.workload}@{sec.profile}: {key} ---")
+            a = sec.acc.setdefault(key, {})
+            s0 = self.b.slowfs_stats()
+            try:
+                c.setup(fresh)
+                sec.cmd(f"# {key}: " + (c.mount_cmds[-1] if c.mount_cmds else c.describe()))
+                self._open(sec, c)
+                try:
+                    body(c, c.root)
+                finally:
+                    self._close(sec, c)
+            except (R.BenchError, OSError, ValueError, KeyError, TypeError, IndexError,
+                    ZeroDivisionError, AttributeError) as e:
+                # A bug or a surprise in one contender's run must not cost the others.
+                sec.errors[key] = describe_error(e)
+                R.log(f"{sec.workload}: {key} failed: {sec.errors[key]}")
+                if isinstance(c, C.TierfsWB) and c.unavailable:
+                    sec.skipped[key] = c.unavailable
+            finally:
+                self.cg.kill()
+                try:
+                    info = c.teardown()
+                    if info:
+                        sec.daemon.setdefault(key, []).append(info)
+                except R.BenchError as e:
+                    sec.errors[f"{key} teardown"] = str(e)
+                self._perf_report(sec, c)
+                s1 = self.b.slowfs_stats()
+                d = slow_delta(s0, s1)
+                a["store_read"] = a.get("store_read", 0) + (d.get("bytes_read") or 0)
+                a["store_written"] = a.get("store_written", 0) + (d.get("bytes_written") or 0)
+
+    def remount(self, sec: Section, c) -> float:
+        """Unmount and mount again keeping the cache; counters and perf follow."""
+        self._close(sec, c)
+        self._perf_report(sec, c)
+        dt = c.remount()
+        sec.cmd(f"# {c.key}: remount (cache kept): " +
+                (c.mount_cmds[-1] if c.mount_cmds else "-"))
+        self._open(sec, c)
+        return dt
+
+    def _open(self, sec, c) -> None:
+        self.open_acc[c.key] = (C.daemon_io(c.pids()), c.stats())
+        if self.args.profile_tierfs and isinstance(c, C.Tierfs):
+            self._perf_start(sec, c)
+
+    def _close(self, sec, c) -> None:
+        if c.key not in self.open_acc:
+            return
+        io0, st0 = self.open_acc.pop(c.key)
+        io1, st1 = C.daemon_io(c.pids()), c.stats()
+        a = sec.acc.setdefault(c.key, {})
+
+        def add(name, v):
+            if v is not None:
+                a[name] = a.get(name, 0) + v
+
+        add("disk_write", (io1.get("write_bytes") or 0) - (io0.get("write_bytes") or 0)
+            if io1 and io0 else None)
+        if st1 is not None:
+            sec.last_stats[c.key] = st1
+            for name, path in (("ssd_written", "ssd.written_bytes"),
+                               ("journal_written", "writeback.journal.bytes_appended"),
+                               ("t_read", "read_bytes"), ("t_write", "write_bytes"),
+                               ("backing_read", "backing.read_bytes"),
+                               ("ram_hit", "ram.hit_bytes"), ("ssd_hit", "ssd.hit_bytes")):
+                add(name, R.jdiff(st0, st1, path) if st0 is not None else R.jget(st1, path))
+        self._perf_stop(c)
+
+    # -- perf (--profile-tierfs) ---------------------------------------------------------------
+
+    def _perf_check(self) -> str:
+        if self.perf_ok is not None:
+            return self.perf_ok
+        if not shutil.which("perf"):
+            R.apt_install(["linux-perf"])
+        if not shutil.which("perf"):
+            self.perf_ok = "perf not installed (apt-get install linux-perf failed)"
+            return self.perf_ok
+        p = R.run(["perf", "record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"], 60,
+                  check=False)
+        self.perf_ok = "" if p.returncode == 0 else \
+            f"`perf record` does not work here: {(p.stderr or '').strip()[-200:]}"
+        return self.perf_ok
+
+    def _perf_start(self, sec, c) -> None:
+        if self._perf_check():
+            return
+        pids = c.pids()
+        if not pids:
+            return
+        d = R.WORK / "perf"
+        d.mkdir(parents=True, exist_ok=True)
+        n = len(list(d.glob(f"{sec.workload}-{sec.profile}-{c.key}-*.data")))
+        out = d / f"{sec.workload}-{sec.profile}-{c.key}-{n + 1}.data"
+        cmd = ["perf", "record", "-e", "cpu-clock", "-g", "-p", ",".join(map(str, pids)),
+               "-o", str(out)]
+        sec.cmd(cmd)
+        lf = open(self.b.logs / "perf.log", "a")
+        p = subprocess.Popen(cmd, stdout=lf, stderr=lf, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        lf.close()
+        self.perf_procs[c.key] = (p, out)
+        self.b.cleanup_hooks.append(("stop perf", lambda k=c.key: self._perf_stop_key(k)))
+
+    def _perf_stop(self, c) -> None:
+        self._perf_stop_key(c.key)
+
+    def _perf_stop_key(self, key) -> None:
+        p, out = self.perf_procs.get(key, (None, None))
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+    def _perf_report(self, sec, c) -> None:
+        p, out = self.perf_procs.pop(c.key, (None, None))
+        if out is None:
+            return
+        if not out.exists():
+            sec.perf.append((f"{c.key}", "(perf wrote no data)"))
+            return
+        parts = []
+        for sort, limit in (("dso", 2), ("sym", 1.5)):
+            q = R.run(["perf", "report", "-i", out, "--stdio", "--no-children", "-g", "none",
+                       "--sort", sort, "--percent-limit", str(limit)], 300, check=False)
+            rows = [ln.rstrip() for ln in (q.stdout or "").splitlines()
+                    if re.match(r"\s+\d+\.\d+%", ln)]
+            samples = re.search(r"# Samples: (\S+)", q.stdout or "")
+            parts.append(f"by {sort} (>= {limit}% of samples"
+                         + (f", {samples.group(1)} samples" if samples else "") + "):")
+            parts += rows[:14] or [f"  (none; {(q.stderr or '').strip()[-200:]})"]
+        sec.perf.append((f"{c.key}, {out.name}", "\n".join(parts)))
+
+    # -- driver --------------------------------------------------------------------------------
+
+    def raise_nofile(self) -> None:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1 << 20
+        try:
+            want = min(int(Path("/proc/sys/fs/nr_open").read_text()), want)
+        except (OSError, ValueError):
+            pass
+        for lim in ((want, max(want, hard)), (hard, hard)):
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, lim)
+                break
+            except (ValueError, OSError):
+                continue
+        self.nofile = ((soft, hard), resource.getrlimit(resource.RLIMIT_NOFILE))
+
+    def collect_versions(self) -> None:
+        def first(cmd):
+            p = R.run(cmd, 30, check=False)
+            return ((p.stdout or "") + (p.stderr or "")).strip().splitlines()[0:1] or ["?"]
+
+        self.versions = {
+            "tierfs": R.machine_info()["commit"] + f" (`{R.TIERFS_BIN}`)",
+            "tierfs-slowfs": str(R.SLOWFS_BIN),
+            "rclone": first(["rclone", "version"])[0] + " (Debian package "
+            + first(["dpkg-query", "-W", "-f=${Version}", "rclone"])[0] + ")",
+            "bindfs": first(["bindfs", "--version"])[0],
+            "fio": first(["fio", "--version"])[0],
+            "stress-ng": first(["stress-ng", "--version"])[0],
+            "fuse3": first(["dpkg-query", "-W", "-f=${Version}", "fuse3"])[0],
+            "python": sys.version.split()[0],
+        }
+        if self.args.profile_tierfs:
+            self.versions["perf"] = first(["perf", "--version"])[0] \
+                if shutil.which("perf") else "not installed"
+
+    def run(self) -> None:
+        import workloads as W
+        self.raise_nofile()
+        R.ensure_tools(need_fio=True, extra=[("bindfs", "bindfs"), ("rclone", "rclone"),
+                                             ("stress-ng", "stress-ng"), ("tar", "tar"),
+                                             ("md5sum", "coreutils"), ("fincore", "util-linux")])
+        self.collect_versions()
+        for wl, prof in self.jobs:
+            self.switch_profile(prof)
+            fn, title = W.WORKLOADS[wl]
+            sec = Section(wl, prof, title)
+            sec.emulation = self.b.emulation
+            self.sections.append(sec)
+            R.log(f"=== workload {wl} on {prof} ===")
+            t0 = time.monotonic()
+            try:
+                fn(self, sec)
+            except (R.BenchError, OSError, ValueError, KeyError, TypeError, IndexError,
+                    ZeroDivisionError, AttributeError) as e:
+                sec.errors["workload"] = describe_error(e)
+                R.log(f"workload {wl} failed: {sec.errors['workload']}")
+            sec.seconds = time.monotonic() - t0
+            R.log(f"=== workload {wl} on {prof}: {sec.seconds:.0f} s ===")
+        self.t_total = time.monotonic() - self.t_start
+
+
+def describe_error(e: Exception) -> str:
+    """A BenchError's message; for anything else (a harness bug) its type, message and the
+    innermost frame, so the report shows where it happened."""
+    if isinstance(e, R.BenchError):
+        return str(e)
+    import traceback
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def slow_delta(s0, s1) -> dict:
+    if not s0 or not s1:
+        return {}
+    return {k: s1[k] - s0.get(k, 0) for k in s1 if isinstance(s1.get(k), int)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point (called by bench/run when no --workload is given)
+
+
+def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
+    import workloads as W
+    profs = [p.strip() for p in profiles.split(",")] if profiles else None
+    for p in profs or []:
+        if p not in PROFILES + ["none"]:
+            raise R.BenchError(f"unknown profile {p!r} (known: {', '.join(PROFILES)}, none)")
+    jobs = []
+    if not names:
+        if profs:
+            jobs = [(w, p) for p in profs for w in W.ORDER]
+        else:
+            jobs = [(w, "hdd") for w in W.ORDER]
+            if not quick:
+                jobs += [(w, "nfs-lan") for w in NFS_WORKLOADS]
+        return jobs
+    for n in names:
+        w, _, p = n.partition("@")
+        if w not in W.WORKLOADS:
+            raise R.BenchError(f"unknown workload {w!r} (suite workloads: "
+                               f"{', '.join(W.ORDER)}; legacy: --workload "
+                               f"{'|'.join(sorted(R.WORKLOADS))})")
+        for prof in ([p] if p else (profs or ["hdd"])):
+            if prof not in PROFILES + ["none"]:
+                raise R.BenchError(f"unknown profile {prof!r} in {n!r}")
+            jobs.append((w, prof))
+    return jobs
+
+
+def report_name(started: datetime.datetime, commit: str, quick: bool) -> str:
+    base = f"{started:%Y-%m-%d}-{commit[:10]}" + ("-quick" if quick else "")
+    name, n = base, 2
+    while (R.RESULTS / f"{name}.md").exists():
+        name, n = f"{base}-{n}", n + 1
+    return name
+
+
+def teardown_check() -> dict:
+    """What of ours is left: mounts under bench/work, processes whose command line names
+    bench/work (tierfs, slowfs, rclone, bindfs, fio, stress-ng, perf...). Other FUSE mounts
+    on the machine (other users' tests) are listed separately."""
+    work = str(R.WORK)
+    ours, foreign = [], []
+    for line in open("/proc/mounts"):
+        if re.search(r"fuse|rclone", line):
+            (ours if work in line.split()[1] or work in line.split()[0] else foreign).append(
+                line.strip())
+    procs = []
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            stat = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        if ") Z" in stat:
+            continue
+        cmd = b" ".join(argv).decode(errors="replace")
+        if work in cmd or "tierfs-bench" in cmd:
+            procs.append(f"{d}: {cmd[:200]}")
+    return {"mounts": ours, "foreign_mounts": foreign, "procs": procs}
+
+
+def main(args) -> int:
+    from report import write_suite_report
+    started = datetime.datetime.now().astimezone()
+    b = None
+    suite = None
+    code = 0
+    try:
+        R.ensure_root()
+        jobs = parse_jobs(args.workloads, args.profile, args.quick)
+        R.ensure_tools()
+        if not args.no_build:
+            R.build(False)
+        for binary in [R.SLOWFS_BIN, R.TIERFS_BIN]:
+            if not binary.exists():
+                raise R.BenchError(f"{binary} missing (build failed?)")
+        machine = R.machine_info()
+        args.profile = jobs[0][1]
+        b = R.Bench(args)
+        suite = Suite(b, args, jobs)
+        suite.run()
+    except KeyboardInterrupt:
+        R.log("interrupted (Ctrl-C); cleaning up")
+        code = 130
+    except R.Interrupted as e:
+        R.log(f"interrupted ({e}); cleaning up")
+        code = 143
+    except R.BenchError as e:
+        R.log(f"error: {e}")
+        code = 1
+    except Exception as e:  # noqa: BLE001 - a harness bug: still tear down and report
+        import traceback
+        traceback.print_exc()
+        R.log(f"error: {describe_error(e)}")
+        code = 1
+    finally:
+        if b is not None:
+            b.cleanup()
+    if suite is None:
+        return code or 1
+    left = teardown_check()
+    if left["mounts"] or left["procs"]:
+        R.log(f"TEARDOWN CHECK FAILED: {left}")
+        code = code or 1
+    else:
+        R.log("teardown check: no mount and no process of ours left")
+    if args.no_report or not suite.sections:
+        return code
+    if not hasattr(suite, "t_total"):
+        suite.t_total = time.monotonic() - suite.t_start
+    commit = machine["commit"].split()[0]
+    name = report_name(started, commit, args.quick)
+    md = write_suite_report(suite, machine, started, name, left, interrupted=code in (130, 143))
+    print(f"\nreport: {md.relative_to(R.ROOT)}")
+    return code
