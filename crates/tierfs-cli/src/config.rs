@@ -249,6 +249,11 @@ impl Config {
     /// Every key [`Config::set`] takes, in the order of docs/tunables.md's tables.
     pub const KEYS: &'static [&'static str] = &[
         "ram.max",
+        "ram.min",
+        "ram.pressure",
+        "ram.free_floor",
+        "ram.grow_delay",
+        "ram.psi_pct",
         "ram.block_size",
         "meta.ttl",
         "meta.cto",
@@ -294,6 +299,11 @@ impl Config {
         let (fs, ssd, wb, fuse) = (&self.fs, &self.ssd, &self.wb, &self.fuse);
         Some(match key {
             "ram.max" => format_size(fs.ram_max),
+            "ram.min" => format_size(self.pressure_config().min),
+            "ram.pressure" => format_bool(self.pressure_enable),
+            "ram.free_floor" => format_size(self.pressure.free_floor),
+            "ram.grow_delay" => format_duration(self.pressure.grow_delay),
+            "ram.psi_pct" => self.pressure.psi_pct.to_string(),
             "ram.block_size" => format_size(fs.block_size),
             "meta.ttl" => format_duration(fs.meta_ttl),
             "meta.cto" => format_bool(fs.meta_cto),

@@ -62,6 +62,17 @@ pub const SETTABLE: &[Settable] = &[
         },
     },
     Settable {
+        key: "ram.min",
+        needs: Needs::Nothing,
+        // The monitor's lower bound; with `ram.pressure=off` there is none to move.
+        apply: |m, c| match m.fs.pressure() {
+            Some(p) => p
+                .set_limits(Some(c.pressure_config().min), None)
+                .map(|_| ()),
+            None => Ok(()),
+        },
+    },
+    Settable {
         key: "meta.ttl",
         needs: Needs::Nothing,
         apply: ttls,
@@ -300,6 +311,7 @@ mod tests {
     /// A value other than the default for every settable key.
     const SAMPLES: &[(&str, &str)] = &[
         ("ram.max", "12M"),
+        ("ram.min", "8M"),
         ("meta.ttl", "7s"),
         ("meta.max_entries", "99"),
         ("fuse.attr_ttl", "3s"),
