@@ -68,11 +68,15 @@ def lines(ax, p):
 
 
 def xy(ax, p):
+    used: dict = {}  # colour -> series drawn in it: the next one gets another line style
     for i, s in enumerate(p["series"]):
         pts = [(a, v) for a, v in zip(s["x"], s["y"]) if a is not None and v is not None]
         if pts:
-            ax.plot([a for a, _ in pts], [v for _, v in pts], label=s["name"],
-                    color=color(s["name"], i), linewidth=1.2)
+            c = color(s["name"], i)
+            style = ["-", "--", ":", "-."][used.get(c, 0) % 4]
+            used[c] = used.get(c, 0) + 1
+            ax.plot([a for a, _ in pts], [v for _, v in pts], label=s["name"], color=c,
+                    linestyle=style, linewidth=1.2)
 
 
 def main():

@@ -749,21 +749,22 @@ def wl_memory(s, sec):
     f = s.b.test_file(f"mem-{size_tag(P.mem_file)}.bin", P.mem_file)
     sec.skipped["store"] = NOT_A_CACHE
     sec.skipped["tierfs-wb"] = READ_SAME
-    # Fixed work for the hog: two calibration runs (100 and 400 bogo-ops) give the fixed cost
-    # (mapping and first touch of its memory) and the cost per op; --vm-ops is then set so
-    # that the hog alone runs about hog_target_s. The number is stated.
+    # Fixed work for the hog: after one discarded warm-up run (the first touch of freshly
+    # freed memory is slow on this VM, FUSE-NOTES lesson 8), calibration runs from 400
+    # bogo-ops up (x4, at most 3 more) until one lasts at least a quarter of hog_target_s;
+    # --vm-ops is then scaled from it linearly. The number is stated.
     R.drop_caches()
-    # The first touch of freshly freed memory is slow on this VM (FUSE-NOTES lesson 8): one
-    # discarded run first.
     run_hog_and_reader(s, sec, None, hog_cmd(P, 100), None, P)
-    t1, _, _ = run_hog_and_reader(s, sec, None, hog_cmd(P, 100), None, P)
-    t4, _, _ = run_hog_and_reader(s, sec, None, hog_cmd(P, 400), None, P)
-    # Noise can make the 400-op run no longer than the 100-op one: then t4/400 (an upper
-    # bound of the cost per op, so the hog comes out shorter rather than far too long).
-    per_op = (t4 - t1) / 300 if t4 > 1.2 * t1 else t4 / 400
-    fixed = max(0.0, t1 - 100 * per_op)
-    ops = int(min(1_000_000, max(100, (P.hog_target_s - fixed) / per_op)))
-    R.log(f"memory: hog calibration 100 ops {t1:.1f} s, 400 ops {t4:.1f} s: {ops} ops")
+    cal = []
+    c_ops = 400
+    for _ in range(4):
+        t_c, _, _ = run_hog_and_reader(s, sec, None, hog_cmd(P, c_ops), None, P)
+        cal.append((c_ops, t_c))
+        if t_c >= P.hog_target_s / 4:
+            break
+        c_ops *= 4
+    ops = int(min(10_000_000, max(100, c_ops * P.hog_target_s / max(t_c, 0.05))))
+    R.log(f"memory: hog calibration {cal}: {ops} ops")
     hog = hog_cmd(P, ops)
     R.drop_caches()
     t_alone, _, _ = run_hog_and_reader(s, sec, None, hog, None, P)
@@ -805,8 +806,9 @@ def wl_memory(s, sec):
     total = meminfo("MemTotal")
     sec.add(f"A memory-hungry job next to a cached read loop (seed 004). **Hog**: "
             f"`{shlex.join(hog)}` (2 workers touching {R.human(P.hog_bytes)} in total, fixed "
-            f"work of {ops} bogo-ops, calibrated from runs of 100 ({t1:.1f} s) and 400 "
-            f"({t4:.1f} s) ops after one discarded warm-up run; the machine has "
+            f"work of {ops} bogo-ops, scaled from calibration runs ("
+            + ", ".join(f"{o} ops {t:.1f} s" for o, t in cal)
+            + ") after one discarded warm-up run; the machine has "
             f"{R.human(total)}; the hog's size is what "
             "was available at the start less 2 x ram.max and 2 GiB"
             + (" (quick: the smaller of 2 GiB and 1/8 of it)" if s.quick else "")
