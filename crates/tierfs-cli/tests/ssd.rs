@@ -225,16 +225,6 @@ fn verify_all(mnt: &Path, files: &[Spec], direct: bool) {
 // Stats
 // ---------------------------------------------------------------------------------------------
 
-/// A counter of `tierfs stats --json`, by dotted path ("ssd.hits", "backing.read_bytes").
-fn n(v: &Value, path: &str) -> u64 {
-    let mut x = v;
-    for p in path.split('.') {
-        x = &x[p];
-    }
-    x.as_u64()
-        .unwrap_or_else(|| panic!("no {path} in stats {v}"))
-}
-
 /// Offers the SSD tier refused, for whatever reason.
 fn dropped(v: &Value) -> u64 {
     ["budget", "queue", "full", "other"]

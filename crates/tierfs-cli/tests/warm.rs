@@ -11,7 +11,6 @@
 
 mod common;
 use common::*;
-use serde_json::Value;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -134,16 +133,6 @@ fn ok(out: &Output) -> (String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A counter of `tierfs stats --json`, by dotted path.
-fn n(v: &Value, path: &str) -> u64 {
-    let mut x = v;
-    for p in path.split('.') {
-        x = &x[p];
-    }
-    x.as_u64()
-        .unwrap_or_else(|| panic!("no {path} in stats {v}"))
 }
 
 // ---------------------------------------------------------------------------------------------

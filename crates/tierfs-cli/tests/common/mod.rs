@@ -235,6 +235,16 @@ pub fn stats_of(mnt: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("stats JSON")
 }
 
+/// A counter of `tierfs stats --json`, by dotted path ("ssd.hits", "backing.read_bytes").
+pub fn n(v: &serde_json::Value, path: &str) -> u64 {
+    let mut x = v;
+    for p in path.split('.') {
+        x = &x[p];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("no {path} in stats {v}"))
+}
+
 /// The pid of the daemon serving `mnt`: the `tierfs mount ... MNT ...` process (its parent,
 /// same command line, exits as soon as the mount is up, before `BinMount::mount` returns).
 pub fn daemon_pid(mnt: &Path) -> Option<i32> {
