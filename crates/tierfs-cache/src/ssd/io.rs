@@ -60,24 +60,37 @@ pub(crate) fn device_space(dir: &Path) -> io::Result<(u64, u64)> {
     Ok((st.f_blocks as u64 * f, st.f_bavail as u64 * f))
 }
 
-/// Takes an exclusive, non-blocking flock on `path` (created if missing). The lock lives as
-/// long as the returned file.
+/// Takes an exclusive flock on `path` (created if missing); None if another holder keeps it.
+/// The lock lives as long as the returned file.
+///
+/// A lock that is still held after `LOCK_SETTLE` counts as busy. Why wait at all: a lock
+/// released a moment ago can still be held by a copy of its descriptor in a child that this
+/// process is spawning (fork/clone copies the descriptor table; it goes at exec, CLOEXEC or
+/// not), so a close-then-reopen in one process can see its own lock for that instant. A
+/// mount or fsck that really competes with a running mount waits this long, then is refused.
 pub(crate) fn lock_file(path: &Path) -> io::Result<Option<File>> {
+    const LOCK_SETTLE: std::time::Duration = std::time::Duration::from_millis(1000);
     let f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    // SAFETY: plain syscall on a valid fd.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    let t0 = std::time::Instant::now();
+    loop {
+        // SAFETY: plain syscall on a valid fd.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(f));
+        }
         let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(e);
+        }
+        if t0.elapsed() >= LOCK_SETTLE {
             return Ok(None);
         }
-        return Err(e);
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(Some(f))
 }
 
 /// 16 random bytes for a store uuid. getrandom(2) should not fail; if it does, time and pid
