@@ -266,6 +266,7 @@ impl Config {
         "fuse.threads",
         "fuse.io_threads",
         "fuse.read_ahead_kb",
+        "fuse.direct_write_only",
         "allow_other",
         "ro",
         "metrics_addr",
@@ -316,6 +317,7 @@ impl Config {
             "fuse.threads" => fuse.threads.to_string(),
             "fuse.io_threads" => fuse.io_threads.to_string(),
             "fuse.read_ahead_kb" => fuse.read_ahead_kb.to_string(),
+            "fuse.direct_write_only" => format_bool(fuse.direct_write_only),
             "allow_other" => format_bool(fuse.allow_other),
             "ro" => format_bool(fuse.read_only),
             "metrics_addr" => self
@@ -496,6 +498,7 @@ impl Config {
                 "fuse.read_ahead_kb" => {
                     self.fuse.read_ahead_kb = parse_count(value, 0, 1 << 20)? as u32
                 }
+                "fuse.direct_write_only" => self.fuse.direct_write_only = parse_bool(value)?,
                 "allow_other" => self.fuse.allow_other = parse_bool(value)?,
                 "ro" => self.fuse.read_only = parse_bool(value)?,
                 "metrics_addr" => self.metrics_addr = parse_metrics_addr(value)?,

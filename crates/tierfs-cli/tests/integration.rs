@@ -1121,3 +1121,149 @@ fn no_open_reads_writes_and_truncates_without_open_requests() {
     assert_eq!(stat_u64(&stats, &["opens"]), 0, "{stats}");
     assert!(stat_u64(&stats, &["implicit_files"]) >= 2, "{stats}");
 }
+
+/// A read-only shared mapping of `len` bytes of a file, to ask mincore(2) which of its pages
+/// the kernel caches without reading them. Mapped once, before the writes it watches: a
+/// later open could itself drop the file's pages (an OPEN answered without KEEP_CACHE).
+struct Residency {
+    _f: File,
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Residency {
+    fn map(p: &Path, len: usize) -> Residency {
+        let f = File::open(p).unwrap();
+        // SAFETY: a fresh shared read-only mapping of an open file, never dereferenced (past
+        // EOF it may not be backed); unmapped in Drop.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED, "mmap {}", p.display());
+        Residency { _f: f, addr, len }
+    }
+
+    /// Pages of the mapped range in the page cache.
+    fn pages(&self) -> usize {
+        let mut v = vec![0u8; self.len.div_ceil(4096)];
+        // SAFETY: the mapping is ours and `v` has a byte per page of it.
+        let r = unsafe { libc::mincore(self.addr, self.len, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        v.iter().filter(|b| **b & 1 != 0).count()
+    }
+}
+
+impl Drop for Residency {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+/// `fuse.direct_write_only`: a file opened O_WRONLY is written past the page cache (none of
+/// its pages are cached afterwards; with the option off they all are), and a reader that has
+/// the file cached on another handle sees the bytes written through it, in either write mode.
+#[test]
+fn write_only_opens_bypass_the_page_cache_and_readers_stay_coherent() {
+    const MIB: usize = 1 << 20;
+    for (mode, direct) in [("through", true), ("back", true), ("back", false)] {
+        let m = BinMount::new(&[
+            "ram.max=256M",
+            &format!("writeback.mode={mode}"),
+            &format!(
+                "fuse.direct_write_only={}",
+                if direct { "on" } else { "off" }
+            ),
+        ]);
+        let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+        std::fs::write(backing.join("f"), vec![1u8; 8 * MIB]).unwrap();
+        settle();
+        with_timeout(LIMIT, vec![mnt.clone()], move || {
+            let what = format!("mode={mode} direct_write_only={direct}");
+            // A reader caches the whole file in the kernel.
+            let r = File::open(mnt.join("f")).unwrap();
+            let mut buf = vec![0u8; 8 * MIB];
+            let seen = Residency::map(&mnt.join("f"), 8 * MIB);
+            r.read_exact_at(&mut buf, 0).unwrap();
+            assert_eq!(seen.pages(), 2048, "{what}: the reader's pages are cached");
+            // Overwrite the middle through a write-only handle, in 512 KiB writes.
+            let w = std::fs::OpenOptions::new()
+                .write(true)
+                .open(mnt.join("f"))
+                .unwrap();
+            for k in 0..8 {
+                w.write_all_at(&[2u8; MIB / 2], (2 * MIB + k * MIB / 2) as u64)
+                    .unwrap();
+            }
+            // The reader's handle, still open, sees the new bytes and the old around them.
+            r.read_exact_at(&mut buf, 0).unwrap();
+            let want: Vec<u8> = (0..8 * MIB)
+                .map(|i| {
+                    if (2 * MIB..6 * MIB).contains(&i) {
+                        2
+                    } else {
+                        1
+                    }
+                })
+                .collect();
+            assert!(
+                buf == want,
+                "{what}: reader saw {}",
+                first_diff_at(&buf, &want)
+            );
+            w.sync_all().unwrap();
+            drop(w);
+            assert!(
+                std::fs::read(mnt.join("f")).unwrap() == want,
+                "{what}: reopen"
+            );
+            assert!(
+                std::fs::read(backing.join("f")).unwrap() == want,
+                "{what}: store"
+            );
+
+            // A new file written by a write-only stream: no page of it cached unless the
+            // option is off.
+            let mut g = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(mnt.join("g"))
+                .unwrap();
+            let seen = Residency::map(&mnt.join("g"), 16 * MIB);
+            for k in 0..32u8 {
+                g.write_all(&[k; MIB / 2]).unwrap();
+            }
+            g.sync_all().unwrap();
+            let cached = seen.pages();
+            drop((g, seen));
+            if direct {
+                assert_eq!(
+                    cached, 0,
+                    "{what}: pages of a write-only stream were cached"
+                );
+            } else {
+                assert_eq!(cached, 4096, "{what}: buffered writes should leave pages");
+            }
+            let got = std::fs::read(mnt.join("g")).unwrap();
+            assert_eq!(got.len(), 16 * MIB, "{what}");
+            for (k, c) in got.chunks(MIB / 2).enumerate() {
+                assert!(c.iter().all(|b| *b == k as u8), "{what}: g chunk {k}");
+            }
+        });
+    }
+}
+
+fn first_diff_at(a: &[u8], b: &[u8]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => format!("byte {i}: {} instead of {}", a[i], b[i]),
+        None => format!("length {} instead of {}", a.len(), b.len()),
+    }
+}

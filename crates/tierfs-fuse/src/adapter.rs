@@ -35,6 +35,8 @@ pub struct Adapter<S: Store> {
     pub ttls: Arc<KernelTtls>,
     /// Set once the session exists: tells the kernel to drop attributes it must not trust.
     pub notifier: Arc<OnceLock<Notifier>>,
+    /// `fuse.direct_write_only`: see [`Adapter::open_flags`].
+    pub direct_write_only: bool,
 }
 
 fn errno(e: tierfs_fs::Errno) -> Errno {
@@ -55,7 +57,7 @@ fn time_update(t: Option<TimeOrNow>) -> Option<TimeUpdate> {
     })
 }
 
-fn open_flags(keep_cache: bool) -> FopenFlags {
+fn keep_cache_flag(keep_cache: bool) -> FopenFlags {
     if keep_cache {
         FopenFlags::FOPEN_KEEP_CACHE
     } else {
@@ -74,6 +76,24 @@ fn reply_xattr(reply: ReplyXattr, size: u32, data: tierfs_fs::Result<Vec<u8>>) {
 }
 
 impl<S: Store> Adapter<S> {
+    /// FOPEN_DIRECT_IO for an OPEN or CREATE with open(2) flags `flags`, or nothing.
+    ///
+    /// A file opened for writing only (`cp`, `dd of=`, `tar -x`, logs) gets FOPEN_DIRECT_IO:
+    /// each write(2) then travels from the application's own pages to us, where the page
+    /// cache path would first allocate and fill a page-cache copy that nobody reads back
+    /// through this handle. Measured on a 2 GiB `chunk.py` write in write-back mode: the write
+    /// phase went from 496 to 1,435 MB/s (212 to 696 MB/s when little host memory is warm),
+    /// with the daemon's CPU unchanged. Readers of the same file on other handles stay
+    /// coherent: the kernel drops the cached pages a direct write covers, and tierfs serves
+    /// the new bytes (docs/writeback.md, "The write path").
+    fn direct_flag(&self, flags: i32) -> FopenFlags {
+        if self.direct_write_only && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
     fn empty(reply: ReplyEmpty, r: tierfs_fs::Result<()>) {
         match r {
             Ok(()) => reply.ok(),
@@ -382,8 +402,9 @@ impl<S: Store> Filesystem for Adapter<S> {
             // core maps to the inode's implicit files, and no RELEASE is sent.
             return reply.error(Errno::ENOSYS);
         }
+        let direct = self.direct_flag(flags.0);
         if let Some(o) = self.fs.open_fast(ino.0, flags.0) {
-            return reply.opened(FileHandle(o.fh), open_flags(o.keep_cache));
+            return reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct);
         }
         let (notifier, pid) = (self.notifier.clone(), req.pid());
         self.spawn(move |fs, _, _| match fs.open_by(ino.0, flags.0, pid) {
@@ -398,7 +419,7 @@ impl<S: Store> Filesystem for Adapter<S> {
                         let _ = n.inval_inode(ino, -1, 0);
                     }
                 }
-                reply.opened(FileHandle(o.fh), open_flags(o.keep_cache))
+                reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct)
             }
             Err(e) => reply.error(errno(e)),
         });
@@ -642,6 +663,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         reply: ReplyCreate,
     ) {
         let (name, r) = (name.to_owned(), requester(req));
+        let direct = self.direct_flag(flags);
         self.spawn(
             move |fs, at, _| match fs.create(parent.0, &name, mode, flags, r) {
                 Ok((e, o)) => reply.created(
@@ -649,7 +671,7 @@ impl<S: Store> Filesystem for Adapter<S> {
                     &file_attr(&e.attr),
                     Generation(0),
                     FileHandle(o.fh),
-                    open_flags(o.keep_cache),
+                    keep_cache_flag(o.keep_cache) | direct,
                 ),
                 Err(e) => reply.error(errno(e)),
             },

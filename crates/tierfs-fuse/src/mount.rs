@@ -24,6 +24,8 @@ pub struct FuseConfig {
     pub allow_other: bool,
     /// Kernel read-ahead of the mount, KiB (`fuse.read_ahead_kb`); 0 leaves the default.
     pub read_ahead_kb: u32,
+    /// Opens for writing only get direct I/O, past the page cache (`fuse.direct_write_only`).
+    pub direct_write_only: bool,
     pub read_only: bool,
     /// Other kernel mount flags (nosuid, nodev, noexec, noatime, ...).
     pub flags: Vec<String>,
@@ -40,6 +42,7 @@ impl Default for FuseConfig {
             entry_ttl: Duration::from_secs(1),
             allow_other: false,
             read_ahead_kb: 1024,
+            direct_write_only: true,
             read_only: false,
             flags: Vec::new(),
             fsname: "tierfs".into(),
@@ -148,6 +151,7 @@ pub fn mount<S: Store>(
         pool: Pool::new("tierfs-io", cfg.io_threads),
         ttls: ttls.clone(),
         notifier: notifier.clone(),
+        direct_write_only: cfg.direct_write_only,
     };
     let own_mount = unsafe { libc::geteuid() } == 0;
     let session = if own_mount {
