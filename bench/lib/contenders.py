@@ -197,7 +197,10 @@ class Tierfs(Contender):
 
 class TierfsWB(Tierfs):
     key, label, short = "tierfs-wb", "tierfs write-back", "tierfs-wb"
-    extra_opts = [WB_OPT]
+    # The write-back contender keeps tierfs's default close-to-open (meta.cto=on): with it
+    # off, FUSE no-open sends no OPEN, so a file opened for writing only cannot be given
+    # direct I/O (fuse.direct_write_only) and every write takes the page-cache path.
+    extra_opts = [WB_OPT, "meta.cto=on"]
 
     def setup(self, fresh=True):
         root = super().setup(fresh)

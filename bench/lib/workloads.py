@@ -360,7 +360,7 @@ def wl_fio(s, sec):
             d = root / f"suite-fio-{c.key}"
             shutil.rmtree(s.b.backing / f"suite-fio-{c.key}", ignore_errors=True)
             os.makedirs(d, exist_ok=True)
-            s.prepare(c, prime=P.fio_write)
+            s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.fio_write)
             cmd = ["fio", "--name=write", "--filename=" + str(d / "w.bin").replace(":", "\\:"),
                    "--rw=write", "--bs=1M", f"--size={P.fio_write}", "--ioengine=psync",
                    "--fallocate=none", "--end_fsync=1", "--output-format=json"]
@@ -483,7 +483,7 @@ def wl_write(s, sec):
         os.makedirs(d, exist_ok=True)
         cmd = [R.SYS_PYTHON, R.CHUNK, d / "chunk.bin", str(P.write_size), "--bs",
                str(R.WRITE_BS), "--hash"]
-        s.prepare(c, prime=P.write_size)
+        s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.write_size)
         dt, p, sl = s.timed(sec, cmd, max(900, P.write_size / 1e6), cgroup=False)
         ch = json.loads(p.stdout.strip().splitlines()[-1])
         s.served(sec, c.key, write=P.write_size)
@@ -528,7 +528,9 @@ def wl_write(s, sec):
 
     sec.add(f"**Write job** (seed 001, `bench/lib/chunk.py`): `open(O_CREAT|O_TRUNC)`, "
             f"{R.human(P.write_size)} in 512 KiB `write(2)`s of incompressible data, `fsync`, "
-            "`close`, each timed on its own; caches dropped and memory primed first. "
+            "`close`, each timed on its own; caches dropped and memory primed first "
+            f"({R.WRITE_PRIME_FACTOR}x the bytes written, every contender alike: a cache "
+            "touches written data more than once, see `WRITE_PRIME_FACTOR` in bench/run). "
             + (f"**Untar**: `tar -xf` of {tar['files']:,} files / {tar['dirs']:,} directories "
                f"({R.human(tar['bytes'])}; crates.io sources of the first {tar['crates']} "
                f"crates of `Cargo.lock`, normalized tarball `{Path(tar['tarball']).name}`) "
