@@ -354,7 +354,11 @@ impl<S: Store> Fs<S> {
 
     /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
     /// listing of a directory listed before is revalidated with one listing, for every name
-    /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory).
+    /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory),
+    /// when it holds the name asked for. A name it lacks is asked for alone: such lookups
+    /// come from programs creating names (`tar -x`, a build, `cp -r` into the directory),
+    /// and a relisting would not answer them but cost an `fstatat` per entry each time the
+    /// listing expired, which over NFS made an untar into large directories quadratic.
     fn lookup_cached(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Result<Option<Entry>> {
         if !self.meta.enabled() || p.kind != FileKind::Dir {
             return Ok(None);
@@ -364,7 +368,7 @@ impl<S: Store> Fs<S> {
             self.restore_listing(p, false);
             found = self.meta.lookup(p.id, name);
         }
-        if matches!(found, NameLookup::Unknown) && self.meta.has_listing(p.id) {
+        if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id, name) {
             self.list_dir(p)?;
             found = self.meta.lookup(p.id, name);
         }

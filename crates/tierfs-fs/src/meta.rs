@@ -139,6 +139,13 @@ impl MetaCache {
         self.dirs.contains_key(&dir)
     }
 
+    /// Whether a listing of `dir` exists (fresh or not) and holds `name`.
+    pub fn listing_has(&self, dir: Ident, name: &OsStr) -> bool {
+        self.dirs
+            .get(&dir)
+            .is_some_and(|l| l.names.contains_key(name))
+    }
+
     /// A fresh listing's names, in no particular order.
     pub fn listing(&self, dir: Ident) -> Option<Vec<(OsString, Child)>> {
         let l = self.dirs.get(&dir)?;
