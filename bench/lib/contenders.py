@@ -197,10 +197,11 @@ class Tierfs(Contender):
 
 class TierfsWB(Tierfs):
     key, label, short = "tierfs-wb", "tierfs write-back", "tierfs-wb"
-    # The write-back contender keeps tierfs's default close-to-open (meta.cto=on): with it
-    # off, FUSE no-open sends no OPEN, so a file opened for writing only cannot be given
-    # direct I/O (fuse.direct_write_only) and every write takes the page-cache path.
-    extra_opts = [WB_OPT, "meta.cto=on"]
+    # The write-back contender keeps OPEN requests (fuse.no_open=off; meta.cto stays off,
+    # so they are answered from the metadata cache): with FUSE no-open there is no OPEN to
+    # give a file opened for writing only direct I/O (fuse.direct_write_only), and every
+    # write would take the page-cache path.
+    extra_opts = [WB_OPT, "fuse.no_open=off"]
 
     def setup(self, fresh=True):
         root = super().setup(fresh)

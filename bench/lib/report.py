@@ -133,8 +133,8 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
     A(f"- memory budget: tierfs `ram.max` = {R.human(suite.M)}; measured readers run in a "
       f"memory cgroup: {suite.cg.describe()}")
     A(f"- tierfs options in every workload: `-o {','.join(suite.tierfs_opts)}` (write-back "
-      "adds `writeback.mode=back,meta.cto=on`: a writer's mount keeps close-to-open, so "
-      "that files opened for writing only get direct I/O)" + (f"; **{suite.min_free_note}**" if suite.min_free_note
+      "adds `writeback.mode=back,fuse.no_open=off`: OPEN requests kept, answered from the "
+      "metadata cache, so that files opened for writing only get direct I/O)" + (f"; **{suite.min_free_note}**" if suite.min_free_note
                                         else ""))
     if suite.nofile:
         (s0, h0), (s1, h1) = suite.nofile

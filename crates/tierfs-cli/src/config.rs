@@ -267,6 +267,7 @@ impl Config {
         "fuse.io_threads",
         "fuse.read_ahead_kb",
         "fuse.direct_write_only",
+        "fuse.no_open",
         "allow_other",
         "ro",
         "metrics_addr",
@@ -318,6 +319,7 @@ impl Config {
             "fuse.io_threads" => fuse.io_threads.to_string(),
             "fuse.read_ahead_kb" => fuse.read_ahead_kb.to_string(),
             "fuse.direct_write_only" => format_bool(fuse.direct_write_only),
+            "fuse.no_open" => fs.fuse_no_open.map_or_else(|| "auto".into(), format_bool),
             "allow_other" => format_bool(fuse.allow_other),
             "ro" => format_bool(fuse.read_only),
             "metrics_addr" => self
@@ -499,6 +501,12 @@ impl Config {
                     self.fuse.read_ahead_kb = parse_count(value, 0, 1 << 20)? as u32
                 }
                 "fuse.direct_write_only" => self.fuse.direct_write_only = parse_bool(value)?,
+                "fuse.no_open" => {
+                    self.fs.fuse_no_open = match value.trim() {
+                        "auto" => None,
+                        v => Some(parse_bool(v)?),
+                    }
+                }
                 "allow_other" => self.fuse.allow_other = parse_bool(value)?,
                 "ro" => self.fuse.read_only = parse_bool(value)?,
                 "metrics_addr" => self.metrics_addr = parse_metrics_addr(value)?,
@@ -532,6 +540,9 @@ impl Config {
         let p = self.pressure_config();
         if p.min > p.max {
             bail!("ram.min ({}) must not exceed ram.max ({})", p.min, p.max);
+        }
+        if self.fs.fuse_no_open == Some(true) && self.fs.meta_cto {
+            bail!("fuse.no_open=on needs meta.cto=off: close-to-open checks the store at every open, which no-open would skip");
         }
         let w = &self.wb;
         if w.dirty_soft >= w.dirty_hard {

@@ -171,6 +171,7 @@ pub fn fixed_reason(key: &str) -> &'static str {
         "fuse.threads" => "requires remount: fuser's worker threads, each with its own /dev/fuse descriptor, are started at mount",
         "fuse.io_threads" => "requires remount: the I/O thread pool is started at mount",
         "fuse.read_ahead_kb" => "requires remount: it is set on the mount's kernel device when mounting",
+        "fuse.no_open" => "requires remount: the kernel is told once, at the first open, that opens need no reply, and it never asks again",
         "fuse.direct_write_only" => "requires remount: each open file keeps the I/O mode it was opened with, so a mount's handles follow one rule",
         "allow_other" | "ro" => "requires remount: it is a kernel mount option",
         "metrics_addr" => "requires remount: the metrics listener is bound at mount",

@@ -1648,6 +1648,25 @@ fn model_writeback() {
 }
 
 /// Write-back with a tiny dirty limit: writers wait for the flushers all the time.
+/// Write-back with `meta.cto=off` but OPEN requests kept (`fuse.no_open=off`): opens answered
+/// from the metadata cache, write-only opens given direct I/O (the benchmark suite's
+/// write-back contender).
+#[test]
+fn model_writeback_cto_off_with_opens() {
+    model(
+        "wb-cto-off-opens",
+        &[
+            "ram.block_size=4K",
+            "ram.max=8M",
+            "writeback.mode=back",
+            "meta.cto=off",
+            "fuse.no_open=off",
+        ],
+        4096,
+        300,
+    );
+}
+
 #[test]
 fn model_writeback_tiny_dirty() {
     model(

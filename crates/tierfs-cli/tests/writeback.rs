@@ -87,18 +87,6 @@ fn test_seed(test: &str) -> u64 {
     seed
 }
 
-/// Random bytes that written data is copied from (a copy is a memcpy: byte-wise generation
-/// would make the writers, in an unoptimized test build, too slow to keep the daemon busy).
-fn pool(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng::new(seed ^ 0x9001);
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        v.extend_from_slice(&r.next().to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
 /// Whether the test should destroy acknowledged data itself (see the module comment).
 fn inject_loss() -> bool {
     std::env::var_os("TIERFS_WB_INJECT_LOSS").is_some()
@@ -112,20 +100,6 @@ fn kill_delay(r: &mut Rng) -> Duration {
 /// `fsync` of a directory (what makes a create or rename in it durable).
 fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
-}
-
-/// `pwrite` until all of `data` is written.
-fn write_all_at(f: &File, mut data: &[u8], mut off: u64) -> io::Result<()> {
-    while !data.is_empty() {
-        match f.write_at(data, off)? {
-            0 => return Err(io::ErrorKind::WriteZero.into()),
-            n => {
-                data = &data[n..];
-                off += n as u64;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Names and contents of the regular files in `dir` (absent directory: empty).
@@ -462,7 +436,7 @@ fn crash_kill9_keeps_every_fsynced_byte() {
     let mnt = m.mnt.clone();
     let limit = Duration::from_secs(200 * MODES.len() as u64);
     with_timeout(limit, vec![mnt.clone()], move || {
-        let pool = Arc::new(pool(seed, 2 * MIB));
+        let pool = Arc::new(seeded_bytes(seed, 2 * MIB));
         for (mi, mode) in MODES.iter().enumerate() {
             let t0 = Instant::now();
             let opts = mode_opts(mode);
@@ -587,7 +561,7 @@ fn enospc_at_write_and_mount_stays_usable() {
     m.backing = tmpfs.path.clone();
     let mnt = m.mnt.clone();
     with_timeout(Duration::from_secs(120), vec![mnt.clone()], move || {
-        let pool = pool(seed, 3 * MIB + 4321);
+        let pool = seeded_bytes(seed, 3 * MIB + 4321);
         for mode in MODES {
             let t0 = Instant::now();
             mount(&m, &mode_opts(mode));
@@ -920,7 +894,7 @@ fn ordering_create_write_rename_fsyncdir_survives_crash() {
     let mnt = m.mnt.clone();
     let limit = Duration::from_secs(120 * MODES.len() as u64);
     with_timeout(limit, vec![mnt.clone()], move || {
-        let pool = Arc::new(pool(seed, 2 * MIB));
+        let pool = Arc::new(seeded_bytes(seed, 2 * MIB));
         for (mi, mode) in MODES.iter().enumerate() {
             let t0 = Instant::now();
             let opts = mode_opts(mode);
@@ -1043,7 +1017,7 @@ fn verifiers_reject_lost_data() {
     assert!(check_file("t", &FileModel::default(), None).is_ok());
 
     // check_dir
-    let pool = pool(7, 64 * KIB);
+    let pool = seeded_bytes(7, 64 * KIB);
     let v = |id: u64, synced: bool| Version::New {
         id,
         len: 1000,
@@ -1091,82 +1065,6 @@ fn verifiers_reject_lost_data() {
         check_dir(&pool, &models, &t).is_ok(),
         "allowed tmp rejected"
     );
-}
-
-/// Errors of the backing store during a flush (EIO here): the data stays dirty and in the
-/// journal, the flush is retried with backoff, the error is counted and reported by the next
-/// fsync and by close; once the store works again, fsync succeeds and the backing file holds
-/// every byte.
-#[test]
-fn flush_errors_are_kept_retried_and_reported() {
-    use tierfs_store::OpClass;
-    let wb = tierfs_fs::WbConfig {
-        mode: tierfs_fs::WbMode::Back,
-        flushers: 2,
-        journal_size: 256 << 20,
-        ..Default::default()
-    };
-    let m = FaultMount::with_writeback(tierfs_fs::FsConfig::default(), Some(wb), |_| {});
-    let (mnt, backing, faults, fs) = (
-        m.mnt.clone(),
-        m.backing.clone(),
-        m.faults.clone(),
-        m.fs.clone(),
-    );
-    with_timeout(Duration::from_secs(120), vec![mnt.clone()], move || {
-        let data = pool(7, 3 << 20);
-        let f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(mnt.join("f"))
-            .unwrap();
-        // The store fails every write from here on; the application's writes still succeed.
-        faults.fail(OpClass::Write, Some(libc::EIO));
-        write_all_at(&f, &data, 0).unwrap();
-        let err = f
-            .sync_all()
-            .expect_err("fsync must report the failed flush");
-        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-        let st = fs.stats();
-        let w = st.writeback.as_ref().unwrap();
-        assert!(w.flush_errors >= 1, "{w:?}");
-        assert_eq!(w.dirty_bytes, data.len() as u64, "data kept dirty: {w:?}");
-        assert_eq!(std::fs::metadata(backing.join("f")).unwrap().len(), 0);
-        // Through the mount the data is all there.
-        assert_eq!(std::fs::read(mnt.join("f")).unwrap(), data);
-
-        // close(2) reports a failure the background flushers met since the last report.
-        let before = fs.stats().writeback.unwrap().flush_errors;
-        write_all_at(&f, b"more", data.len() as u64).unwrap();
-        let t = Instant::now();
-        while fs.stats().writeback.unwrap().flush_errors == before {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "no retry within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
-        let rc = unsafe { libc::close(fd) };
-        assert_eq!(rc, -1, "close must report the failed flush");
-        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EIO));
-
-        // The store recovers: the retries (or an fsync) write everything back.
-        faults.fail(OpClass::Write, None);
-        let f = OpenOptions::new().write(true).open(mnt.join("f")).unwrap();
-        f.sync_all().unwrap();
-        let mut want = data.clone();
-        want.extend_from_slice(b"more");
-        assert_eq!(std::fs::read(backing.join("f")).unwrap(), want);
-        let w = fs.stats().writeback.unwrap();
-        assert_eq!(w.dirty_bytes, 0, "{w:?}");
-        println!(
-            "flush errors: {} counted, retried with backoff, reported at fsync and close; all {} bytes written back after recovery",
-            w.flush_errors,
-            want.len()
-        );
-    });
 }
 
 /// A journal left by a crash holds acknowledged writes: the next mount writes them into the
@@ -1272,7 +1170,7 @@ fn sigterm_drains_dirty_data_to_the_store() {
     use tierfs_cache::journal::{Journal, JournalConfig};
     let m = BinMount::new(&["writeback.mode=back"]);
     let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
-    let files: Vec<Vec<u8>> = (0..200).map(|k| pool(100 + k, 64 << 10)).collect();
+    let files: Vec<Vec<u8>> = (0..200).map(|k| seeded_bytes(100 + k, 64 << 10)).collect();
     let (dirty_files, store_id) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let (mnt, files) = (mnt.clone(), files.clone());
         move || {

@@ -21,6 +21,8 @@ pub struct FsConfig {
     pub fetch_chunk: u64,
     /// Threads that run read-ahead fetches (`readahead.threads`).
     pub readahead_threads: usize,
+    /// FUSE no-open (`fuse.no_open`): None follows `meta.cto` (on when it is off).
+    pub fuse_no_open: Option<bool>,
 }
 
 impl Default for FsConfig {
@@ -34,6 +36,7 @@ impl Default for FsConfig {
             readahead_max: 16 << 20,
             fetch_chunk: 4 << 20,
             readahead_threads: 4,
+            fuse_no_open: None,
         }
     }
 }
@@ -42,8 +45,10 @@ impl FsConfig {
     /// Whether the kernel is told that opening a file needs no reply (FUSE no-open): then
     /// open(2) and close(2) of a file cost no round trip. Only without close-to-open
     /// (`meta.cto=off`): an open is where close-to-open revalidates. The file's data is then
-    /// revalidated by attribute age (`meta.ttl`) like everything else.
+    /// revalidated by attribute age (`meta.ttl`) like everything else. `fuse.no_open=off`
+    /// keeps OPEN requests with `meta.cto=off` (answered from the metadata cache, no store
+    /// I/O), so that files opened for writing only can be given direct I/O.
     pub fn no_open(&self) -> bool {
-        !self.meta_cto
+        !self.meta_cto && self.fuse_no_open.unwrap_or(true)
     }
 }

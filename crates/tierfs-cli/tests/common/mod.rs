@@ -436,3 +436,31 @@ impl Rng {
         self.range(0, n as u64) as usize
     }
 }
+
+/// `len` pseudo-random bytes from `seed`: what the write-back tests copy written data from
+/// (a copy is a memcpy: byte-wise generation would make the writers, in an unoptimized test
+/// build, too slow to keep the daemon busy).
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng::new(seed ^ 0x9001);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        v.extend_from_slice(&r.next().to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// pwrite until all of `data` is written at `off`.
+pub fn write_all_at(f: &std::fs::File, mut data: &[u8], mut off: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    while !data.is_empty() {
+        match f.write_at(data, off)? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => {
+                data = &data[n..];
+                off += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
