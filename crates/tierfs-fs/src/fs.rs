@@ -311,7 +311,14 @@ impl<S: Store> Fs<S> {
     /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
         let p = self.inode(parent)?;
-        let e = match self.lookup_cached(&p, name)? {
+        // The kernel's retry of an open we answered ESTALE asks the store: the metadata
+        // cache may still name the replaced file, and the retry is the last one the VFS makes.
+        let cached = if self.retrying_after_estale(pid) {
+            None
+        } else {
+            self.lookup_cached(&p, name)?
+        };
+        let e = match cached {
             Some(e) => e,
             None => {
                 let (node, attr) = self.store.lookup(&self.node(&p)?, name)?;
@@ -320,28 +327,17 @@ impl<S: Store> Fs<S> {
                 self.entry(&p, name, node, attr)
             }
         };
-        if pid != 0 {
-            if let Some(i) = self.inodes.get(e.ino) {
-                i.note_lookup(pid);
-            }
-        }
         Ok(e)
     }
 
     /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
     /// None when it would need the SSD tier or the backing store.
     pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
-        if !self.meta.enabled() {
+        if !self.meta.enabled() || self.retrying_after_estale(pid) {
             return None;
         }
         let p = self.inodes.get(parent)?;
-        let r = self.answer_from_listing(&p, name, self.meta.lookup(p.id, name))?;
-        if let (Ok(e), true) = (&r, pid != 0) {
-            if let Some(i) = self.inodes.get(e.ino) {
-                i.note_lookup(pid);
-            }
-        }
-        Some(r)
+        self.answer_from_listing(&p, name, self.meta.lookup(p.id, name))
     }
 
     /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
@@ -875,12 +871,20 @@ impl<S: Store> Fs<S> {
         FsStats::add(&self.stats.opens, 1);
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
-        let node = self.node(&i)?;
+        let node = match self.node(&i) {
+            Err(Errno::ESTALE) if pid != 0 => {
+                // The name holds another object now; the kernel retries (see
+                // `check_not_replaced`), and that retry's lookup must ask the store.
+                self.estale.insert(pid, now_ms());
+                return Err(Errno::ESTALE);
+            }
+            r => r?,
+        };
         let handle = if flags & libc::O_TRUNC != 0 {
             // Write-back: the dirty data first, or its flush would land after the truncate.
             self.settle_file(&i)?;
             // Never truncate a replaced file that others may still be reading.
-            self.check_not_replaced(&i, self.store.getattr(&node)?.nlink, pid)?;
+            self.check_not_replaced(self.store.getattr(&node)?.nlink, pid)?;
             let _w = st.rw.write();
             let h = self.store.open(&node, flags)?;
             st.invalidate(None);
@@ -892,7 +896,7 @@ impl<S: Store> Fs<S> {
         self.meta.put_attr(&attr, Instant::now());
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)
-            self.check_not_replaced(&i, attr.nlink, pid)?;
+            self.check_not_replaced(attr.nlink, pid)?;
         }
         let before = st.version().gen;
         let opened_before = st.last_opened();
@@ -913,26 +917,36 @@ impl<S: Store> Fs<S> {
         })
     }
 
+    /// Whether caller thread `pid` had an open answered ESTALE just now, so that its lookups
+    /// are the kernel's retry of that open.
+    fn retrying_after_estale(&self, pid: u32) -> bool {
+        pid != 0
+            && self
+                .estale
+                .get(&pid)
+                .is_some_and(|t| now_ms().saturating_sub(*t) <= ESTALE_RETRY_MS)
+    }
+
     /// Close-to-open for names: fails an open of a file that no longer has a name (`nlink`
     /// 0) in the backing store with ESTALE, unless this open is the kernel's retry of one.
-    fn check_not_replaced(&self, i: &Inode<St<S>>, nlink: u32, pid: u32) -> Result<()> {
+    fn check_not_replaced(&self, nlink: u32, pid: u32) -> Result<()> {
         if nlink == 0 {
             // The backing file was deleted or renamed over behind our back, but the kernel
             // still maps the name to it (it trusts names for entry_ttl, maybe an hour).
             // ESTALE makes the VFS walk the path again with LOOKUP_REVAL, which asks us to
-            // look the name up afresh: the open then reaches the file the name holds now
-            // (close-to-open for the usual write-temp-and-rename update), or fails ENOENT.
-            // The VFS retries only once: if the file that retry found was itself replaced
-            // in the meantime (a burst of replacements), open it anyway rather than fail the
-            // application: the name held it during this very open(2), since this thread's
-            // own retry looked it up after our ESTALE.
-            let retry_since = self.estale.remove(&pid).map(|(_, t)| t);
-            let (looked_up, by) = i.looked_up();
+            // look the name up afresh (from the store: see `retrying_after_estale`): the open
+            // then reaches the file the name holds now (close-to-open for the usual
+            // write-temp-and-rename update), or fails ENOENT. The VFS retries only once: if
+            // the file that retry found was itself replaced in the meantime (a burst of
+            // replacements), open it anyway rather than fail the application; the name held
+            // it during this very open(2). The retry is known by its thread alone: when
+            // threads look up one name at once the kernel sends one lookup and all of them
+            // share its answer, so the retry's lookup may carry another thread's id.
             let is_retry = pid != 0
-                && by == pid
-                && retry_since.is_some_and(|t| {
-                    looked_up >= t && now_ms().saturating_sub(t) <= ESTALE_RETRY_MS
-                });
+                && self
+                    .estale
+                    .remove(&pid)
+                    .is_some_and(|(_, t)| now_ms().saturating_sub(t) <= ESTALE_RETRY_MS);
             if !is_retry {
                 if pid != 0 {
                     self.estale.insert(pid, now_ms());

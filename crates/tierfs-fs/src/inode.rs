@@ -33,9 +33,6 @@ pub struct Inode<S: Store> {
     lookups: AtomicU64,
     /// Cache state; regular files only.
     pub file: Option<Arc<FileState>>,
-    /// When ([`now_ms`]) and for which caller thread a lookup last resolved a name to this
-    /// inode: see `Fs::open_by`.
-    looked_up: parking_lot::Mutex<(u64, u32)>,
 }
 
 /// Milliseconds since first use (never 0), for cheap relative timestamps.
@@ -72,15 +69,6 @@ impl<S: Store> Inode<S> {
         if !self.pinned.load(Relaxed) && self.origin.lock().is_some() {
             *self.node.lock() = None;
         }
-    }
-
-    pub(crate) fn note_lookup(&self, pid: u32) {
-        *self.looked_up.lock() = (now_ms(), pid);
-    }
-
-    /// (when, by which thread) of the last [`Inode::note_lookup`]; when is 0 if never.
-    pub(crate) fn looked_up(&self) -> (u64, u32) {
-        *self.looked_up.lock()
     }
 }
 
@@ -125,7 +113,6 @@ impl<S: Store> InodeTable<S> {
                 kind: FileKind::Dir,
                 lookups: AtomicU64::new(1),
                 file: None,
-                looked_up: parking_lot::Mutex::new((0, 0)),
             }),
         );
         t
@@ -278,7 +265,6 @@ impl<S: Store> InodeTable<S> {
                 kind: attr.kind,
                 lookups: AtomicU64::new(0),
                 file,
-                looked_up: parking_lot::Mutex::new((0, 0)),
             })
         });
         if let Some(o) = origin_again {
