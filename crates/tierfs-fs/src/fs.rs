@@ -872,10 +872,10 @@ impl<S: Store> Fs<S> {
         let i = self.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
         let node = match self.node(&i) {
-            Err(Errno::ESTALE) if pid != 0 => {
+            Err(Errno::ESTALE) => {
                 // The name holds another object now; the kernel retries (see
                 // `check_not_replaced`), and that retry's lookup must ask the store.
-                self.estale.insert(pid, now_ms());
+                self.arm_estale_retry(pid);
                 return Err(Errno::ESTALE);
             }
             r => r?,
@@ -917,6 +917,21 @@ impl<S: Store> Fs<S> {
         })
     }
 
+    /// Caller thread `pid` is answered ESTALE: its next lookups and open are the kernel's
+    /// retry. Records of threads that never retried (the name was gone) are dropped once
+    /// they are old, so the map stays as small as the number of recent ESTALEs.
+    fn arm_estale_retry(&self, pid: u32) {
+        if pid == 0 {
+            return;
+        }
+        let now = now_ms();
+        if self.estale.len() >= 1024 {
+            self.estale
+                .retain(|_, t| now.saturating_sub(*t) <= ESTALE_RETRY_MS);
+        }
+        self.estale.insert(pid, now);
+    }
+
     /// Whether caller thread `pid` had an open answered ESTALE just now, so that its lookups
     /// are the kernel's retry of that open.
     fn retrying_after_estale(&self, pid: u32) -> bool {
@@ -948,9 +963,7 @@ impl<S: Store> Fs<S> {
                     .remove(&pid)
                     .is_some_and(|(_, t)| now_ms().saturating_sub(t) <= ESTALE_RETRY_MS);
             if !is_retry {
-                if pid != 0 {
-                    self.estale.insert(pid, now_ms());
-                }
+                self.arm_estale_retry(pid);
                 return Err(Errno::ESTALE);
             }
         } else if pid != 0 {
