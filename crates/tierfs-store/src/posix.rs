@@ -832,8 +832,9 @@ impl Store for PosixStore {
 /// The /proc link of a symlink node would name the link itself; Linux allows no user xattrs
 /// on symlinks anyway, so they are reported as having none.
 fn xattr_path(node: &PosixNode) -> Result<CString> {
-    let attr = node.stat()?;
-    if attr.kind == crate::FileKind::Symlink {
+    // The kind as known from the lookup: the kernel asks for `security.capability` before
+    // every write by root, and an fstat for each ask was a store round trip per write.
+    if node.is_symlink()? {
         return Err(Errno::ENODATA);
     }
     Ok(node.proc_path())
