@@ -1272,3 +1272,122 @@ fn first_diff_at(a: &[u8], b: &[u8]) -> String {
         None => format!("length {} instead of {}", a.len(), b.len()),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 1b. Never a mix of two versions in one read stream (issue 12)
+// ---------------------------------------------------------------------------------------------
+
+/// Block `i` of version `v` (1 or 2) of the mixed-version test file: every byte says both.
+fn versioned_block(v: u8, i: usize) -> u8 {
+    (v - 1) * 100 + 1 + (i % 100) as u8
+}
+
+/// The version of each 64 KiB block of `data` (0: not one version, or not a block of either).
+fn block_versions(data: &[u8]) -> Vec<u8> {
+    data.chunks(64 << 10)
+        .enumerate()
+        .map(|(i, b)| match uniform(b) {
+            Some(x) if x == versioned_block(1, i) => 1,
+            Some(x) if x == versioned_block(2, i) => 2,
+            _ => 0,
+        })
+        .collect()
+}
+
+/// The issue-12 trial: with a long `meta.ttl`, the first blocks of a file are read (and
+/// read ahead), the backing file is rewritten in place behind tierfs's back (same size, new
+/// mtime), and then the whole file is read. One read of the file must be one version: all
+/// old (stale within `meta.ttl` is documented), all new, or an error (ESTALE: the old
+/// version's blocks that the reader would need are gone from the store), never blocks of
+/// both. After an error the next read is the new version, whole.
+fn no_mix_after_rewrite(opts: &'static [&'static str]) {
+    const BLOCKS: usize = 128; // 8 MiB in 64 KiB blocks
+    let m = BinMount::new(opts);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let version = |v: u8| -> Vec<u8> {
+        (0..BLOCKS)
+            .flat_map(|i| std::iter::repeat_n(versioned_block(v, i), 64 << 10))
+            .collect()
+    };
+    std::fs::write(backing.join("J"), version(1)).unwrap();
+    settle();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let mf = mnt.join("J");
+        for round in 0..3u8 {
+            let (old, new) = if round % 2 == 0 { (1, 2) } else { (2, 1) };
+            // dd if=mnt/J bs=64k count=4: the first blocks, and whatever read-ahead takes.
+            let mut f = File::open(&mf).unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            for _ in 0..4 {
+                f.read_exact(&mut buf).unwrap();
+            }
+            drop(f);
+            std::thread::sleep(Duration::from_millis(300));
+            // dd if=J.new of=back/J conv=notrunc
+            let w = std::fs::OpenOptions::new()
+                .write(true)
+                .open(backing.join("J"))
+                .unwrap();
+            w.write_all_at(&version(new), 0).unwrap();
+            drop(w);
+            let mut seen_error = false;
+            for attempt in 0..8 {
+                match std::fs::read(&mf) {
+                    Ok(data) => {
+                        let vs = block_versions(&data);
+                        assert_eq!(data.len(), BLOCKS << 16, "round {round}: size");
+                        let first = vs[0];
+                        assert!(
+                            first != 0 && vs.iter().all(|&x| x == first),
+                            "round {round}, read {attempt}: one read mixed versions: {} blocks \
+                             of version {old}, {} of version {new}, {} of neither ({opts:?})",
+                            vs.iter().filter(|&&x| x == old).count(),
+                            vs.iter().filter(|&&x| x == new).count(),
+                            vs.iter().filter(|&&x| x == 0).count(),
+                        );
+                        if seen_error {
+                            assert_eq!(
+                                first, new,
+                                "round {round}: after the error, the old version"
+                            );
+                        }
+                        if first == new {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        assert_eq!(
+                            e.raw_os_error(),
+                            Some(libc::ESTALE),
+                            "round {round}: a read failed otherwise than ESTALE: {e}"
+                        );
+                        // Until the kernel has dropped its pages of the old version (the
+                        // daemon tells it right after the first refusal), reads are refused.
+                        assert!(
+                            attempt < 3,
+                            "round {round}: ESTALE {attempt} times in a row"
+                        );
+                        seen_error = true;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            settle();
+        }
+    });
+}
+
+#[test]
+fn never_a_mix_after_in_place_rewrite_cto_on() {
+    no_mix_after_rewrite(&["meta.ttl=1h"]);
+}
+
+#[test]
+fn never_a_mix_after_in_place_rewrite_cto_off() {
+    no_mix_after_rewrite(&["meta.ttl=1h", "meta.cto=off"]);
+}
+
+#[test]
+fn never_a_mix_after_in_place_rewrite_cto_off_with_opens() {
+    no_mix_after_rewrite(&["meta.ttl=1h", "meta.cto=off", "fuse.no_open=off"]);
+}

@@ -70,6 +70,8 @@ pub struct FileState {
     /// Created by us in write-back mode: its directory is synced before the journal lets
     /// go of its data.
     pub created: AtomicBool,
+    /// Which version's data the kernel and readers may hold (`meta.cto=off`).
+    pub served: crate::served::Served,
 }
 
 /// What [`FileState::observe`] found.
@@ -93,6 +95,7 @@ impl FileState {
             retry_at_ms: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(0),
             created: AtomicBool::new(false),
+            served: Default::default(),
             inner: Mutex::new(Inner {
                 v: Version {
                     fp: attr.fingerprint(),
@@ -112,9 +115,22 @@ impl FileState {
         self.inner.lock().checked.elapsed() >= ttl
     }
 
-    /// Records fresh attributes from the backing store. A changed fingerprint means the file
-    /// changed behind our back: a new generation makes every cached block of it unreachable.
+    /// Records fresh attributes from the backing store that go to the kernel (lookup,
+    /// getattr, open). A changed fingerprint means the file changed behind our back: a new
+    /// generation makes every cached block of it unreachable, and the kernel, seeing a new
+    /// mtime or size in the reply, drops its cached pages itself (FUSE_AUTO_INVAL_DATA), so
+    /// nothing of the old version is held any more (see [`crate::served`]).
     pub fn observe(&self, attr: &Attr) -> Observed {
+        let r = self.observe_data(attr);
+        if let Observed::Changed = r {
+            self.served.reset();
+        }
+        r
+    }
+
+    /// [`FileState::observe`] for attributes the kernel does not see (a read or write found
+    /// them): the kernel may still hold pages of the old version.
+    pub fn observe_data(&self, attr: &Attr) -> Observed {
         let mut i = self.inner.lock();
         i.checked = Instant::now();
         let fp = attr.fingerprint();
@@ -169,11 +185,15 @@ impl FileState {
     /// Drops every cached block of the file (truncate, fallocate, a write we cannot follow).
     pub fn invalidate(&self, attr: Option<&Attr>) {
         let mut i = self.inner.lock();
+        let old = i.v.gen;
         if let Some(a) = attr {
             i.v.fp = a.fingerprint();
         }
         i.v.gen = next_gen();
         i.checked = Instant::now();
+        // Our own change: what the kernel holds is what the application made it (the kernel
+        // truncates its own pages), not an old version.
+        self.served.follow(old, &i.v);
     }
 
     /// Fingerprint recorded by the last [`FileState::opened`], if any.
@@ -194,6 +214,10 @@ impl FileState {
         let keep = i.opened == Some(fp);
         // Pages the kernel reads under a racy fingerprint may be torn: never let it keep them.
         i.opened = (!racy(&fp)).then_some(fp);
+        if !keep {
+            // Opened without FOPEN_KEEP_CACHE: the kernel drops its pages of the file.
+            self.served.reset();
+        }
         keep
     }
 }

@@ -131,6 +131,8 @@ pub struct Fs<S: Store> {
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
     /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
     estale: DashMap<u32, u64>,
+    /// The kernel's page cache, once the FUSE adapter has set it (see [`crate::served`]).
+    kernel: OnceLock<Arc<dyn crate::KernelCache>>,
 }
 
 /// How long the kernel may take to retry an open answered ESTALE.
@@ -173,6 +175,7 @@ impl<S: Store> Fs<S> {
             readahead_max: AtomicU64::new(cfg.readahead_max),
             as_root: unsafe { libc::geteuid() } == 0,
             estale: DashMap::new(),
+            kernel: OnceLock::new(),
             store,
             cfg,
         });
@@ -301,6 +304,33 @@ impl<S: Store> Fs<S> {
     pub(crate) fn observe(&self, state: &FileState, attr: &Attr) {
         if let Observed::Changed = state.observe(attr) {
             FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
+    /// [`Fs::observe`] for attributes the kernel is not shown (found by a read or write).
+    pub(crate) fn observe_data(&self, state: &FileState, attr: &Attr) {
+        if let Observed::Changed = state.observe_data(attr) {
+            FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
+    /// Lets the core have the kernel drop cached pages (the FUSE adapter sets it at mount).
+    pub fn set_kernel_cache(&self, k: Arc<dyn crate::KernelCache>) {
+        let _ = self.kernel.set(k);
+    }
+
+    /// Has the kernel drop its pages of `ino` (asynchronously), then records that it holds
+    /// nothing of `state` any more.
+    pub(crate) fn drop_kernel_pages(&self, ino: u64, state: &Arc<FileState>, clear: bool) {
+        let st = state.clone();
+        let done: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if clear {
+                st.served.dropped()
+            }
+        });
+        match self.kernel.get() {
+            Some(k) => k.drop_pages(ino, done),
+            None => done(),
         }
     }
 
@@ -519,10 +549,15 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
+        let state = self.inodes.get(ino).and_then(|i| i.file.clone());
         self.inodes.forget(ino, n);
         if self.inodes.get(ino).is_none() {
             self.implicit.remove(&(ino, false));
             self.implicit.remove(&(ino, true));
+            // The kernel evicted the inode, and its pages with it.
+            if let Some(st) = state {
+                st.served.reset();
+            }
         }
     }
 
@@ -1046,7 +1081,7 @@ impl<S: Store> Fs<S> {
         let h = self.store.open(&node, of.flags)?;
         let attr = self.store.fstat(&h)?;
         self.meta.put_attr(&attr, Instant::now());
-        self.observe(&of.state, &attr);
+        self.observe_data(&of.state, &attr);
         let _ = of.handle.set(h);
         of.handle.get().ok_or(Errno::EIO)
     }
@@ -1245,6 +1280,7 @@ impl<S: Store> Fs<S> {
             singleflight_waits: FsStats::get(&s.singleflight_waits),
             stale_fetches: FsStats::get(&s.stale_fetches),
             version_changes: FsStats::get(&s.version_changes),
+            version_mix_refusals: FsStats::get(&s.version_mix_refusals),
             meta_hits: FsStats::get(&s.meta_hits),
             meta_ssd_hits: FsStats::get(&s.meta_ssd_hits),
             ssd_blocks: FsStats::get(&s.ssd_blocks),

@@ -12,6 +12,7 @@ mod meta;
 mod meta_codec;
 mod pool;
 mod read;
+mod served;
 mod stats;
 mod tune;
 mod warm;
@@ -24,6 +25,7 @@ pub use counted::{BackingStats, CountedStore};
 pub use file_state::RACY_WINDOW;
 pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
+pub use served::KernelCache;
 pub use stats::{FsStats, StatsSnapshot, GAUGES};
 pub use tierfs_cache::pressure::one_malloc_arena;
 pub use tierfs_cache::{

@@ -5,6 +5,7 @@
 use crate::file_state::{racy, Version};
 use crate::fs::{Fs, OpenFile};
 use crate::meta_codec::version_of;
+use crate::served::Admit;
 use crate::stats::{FsStats, Gauge};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering::Relaxed;
@@ -159,6 +160,10 @@ impl<S: Store> Fs<S> {
             return false;
         };
         let v = of.state.version();
+        // `meta.cto=off`: the kernel may hold another version's data; the I/O path decides.
+        if !self.cfg.meta_cto && !of.state.served.is(v.gen) {
+            return false;
+        }
         let Some(span) = self.span(&v, offset, size) else {
             drop(guard);
             self.count_read(0, true);
@@ -243,7 +248,7 @@ impl<S: Store> Fs<S> {
         let of = of.clone();
         if of.state.expired(self.meta.ttl()) {
             let attr = self.store.fstat(self.handle(&of)?)?;
-            self.observe(&of.state, &attr);
+            self.observe_data(&of.state, &attr);
         }
         for _ in 0..MAX_STALE_RETRIES {
             let guard = of.state.rw.read();
@@ -278,6 +283,7 @@ impl<S: Store> Fs<S> {
                     if let Some(d) = ssd.read_range(&key, version_of(&v.fp), off as u32, len as u32)
                     {
                         drop(guard);
+                        self.admit_version(&of, &v, offset)?;
                         FsStats::add(&self.stats.ssd_range_reads, 1);
                         self.count_read(d.len() as u64, false);
                         return Ok(d);
@@ -308,6 +314,7 @@ impl<S: Store> Fs<S> {
                 self.refresh(&of)?;
                 continue;
             };
+            self.admit_version(&of, &v, offset)?;
             self.count_read(data.len() as u64, ram_only);
             self.read_ahead(&of, &v, &span);
             return Ok(data);
@@ -317,14 +324,44 @@ impl<S: Store> Fs<S> {
         let mut buf = vec![0u8; size as usize];
         let n = self.store.read(self.handle(&of)?, offset, &mut buf)?;
         buf.truncate(n);
+        self.refresh(&of)?;
+        self.admit_version(&of, &of.state.version(), offset)?;
         self.count_read(n as u64, false);
         Ok(Bytes::from(buf))
     }
 
     fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
         let attr = self.store.fstat(self.handle(of)?)?;
-        self.observe(&of.state, &attr);
+        self.observe_data(&of.state, &attr);
         Ok(())
+    }
+
+    /// `meta.cto=off`: may data of version `v` read at `offset` go to the kernel, which may
+    /// hold pages of an older version? ESTALE if it would mix two versions (see
+    /// [`crate::served`]).
+    fn admit_version(&self, of: &OpenFile<S>, v: &Version, offset: u64) -> Result<()> {
+        if self.cfg.meta_cto {
+            return Ok(());
+        }
+        match of.state.served.admit(v, offset) {
+            Admit::Yes => Ok(()),
+            Admit::YesDropOld => {
+                self.drop_kernel_pages(of.inode.ino, &of.state, false);
+                Ok(())
+            }
+            Admit::Refuse { drop } => {
+                FsStats::add(&self.stats.version_mix_refusals, 1);
+                if drop {
+                    tracing::info!(
+                        ino = of.inode.ino,
+                        "file changed behind our back while the kernel held data of its old \
+                         version: read refused with ESTALE rather than mixing two versions"
+                    );
+                    self.drop_kernel_pages(of.inode.ino, &of.state, true);
+                }
+                Err(Errno::ESTALE)
+            }
+        }
     }
 
     fn assemble(&self, span: &Span, blocks: &[Bytes]) -> Option<Bytes> {

@@ -21,6 +21,9 @@ pub struct FsStats {
     pub stale_fetches: AtomicU64,
     /// Times a backing file was found changed behind our back (its cached blocks dropped).
     pub version_changes: AtomicU64,
+    /// Reads failed with ESTALE because the file changed behind our back while the kernel
+    /// held data of its old version (`meta.cto=off`): serving them would mix two versions.
+    pub version_mix_refusals: AtomicU64,
     /// Lookups, getattrs, listings and symlink reads answered by the metadata cache.
     pub meta_hits: AtomicU64,
     /// Directory listings and symlink targets brought back from the SSD tier.
@@ -143,6 +146,8 @@ pub struct StatsSnapshot {
     pub singleflight_waits: u64,
     pub stale_fetches: u64,
     pub version_changes: u64,
+    #[serde(default)]
+    pub version_mix_refusals: u64,
     pub meta_hits: u64,
     pub meta_ssd_hits: u64,
     pub ssd_blocks: u64,

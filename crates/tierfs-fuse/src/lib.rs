@@ -8,6 +8,7 @@
 
 mod adapter;
 mod attr;
+mod kernel_cache;
 mod mount;
 
 pub use adapter::KernelTtls;

@@ -145,6 +145,9 @@ pub fn mount<S: Store>(
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
     let notifier = Arc::new(std::sync::OnceLock::new());
+    fs.set_kernel_cache(Arc::new(crate::kernel_cache::PageDropper::start(
+        notifier.clone(),
+    )?));
     let ttls = Arc::new(KernelTtls::new(cfg.attr_ttl, cfg.entry_ttl));
     let adapter = Adapter {
         fs,

@@ -1,0 +1,44 @@
+//! [`PageDropper`]: the core's handle on the kernel's page cache (`tierfs_fs::KernelCache`).
+//!
+//! The core asks for a file's pages to be dropped while it answers a read of that file, whose
+//! pages the kernel keeps locked until the reply; the kernel's invalidation waits for those
+//! locks. So the notification is sent from a thread of its own, never the caller's.
+
+use fuser::{INodeNo, Notifier};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+type Job = (u64, Box<dyn FnOnce() + Send>);
+
+pub struct PageDropper {
+    tx: Mutex<mpsc::Sender<Job>>,
+}
+
+impl PageDropper {
+    /// Starts the notifying thread; `notifier` is set once the session exists (until then a
+    /// request is answered at once: the kernel holds no pages before the mount is up).
+    pub fn start(notifier: Arc<OnceLock<Notifier>>) -> std::io::Result<PageDropper> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("tierfs-inval".into())
+            .spawn(move || {
+                for (ino, done) in rx {
+                    if let Some(n) = notifier.get() {
+                        // ENOENT: the kernel does not know the inode (no pages either).
+                        let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                    }
+                    done();
+                }
+            })?;
+        Ok(PageDropper { tx: Mutex::new(tx) })
+    }
+}
+
+impl tierfs_fs::KernelCache for PageDropper {
+    fn drop_pages(&self, ino: u64, done: Box<dyn FnOnce() + Send>) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(mpsc::SendError((_, done))) = tx.send((ino, done)) {
+            done();
+        }
+    }
+}
