@@ -3,13 +3,12 @@
 /// `gen` names one version of one backing file's contents. The file layer draws a fresh `gen`
 /// whenever the backing file's fingerprint (size, mtime, ctime) changes behind our back, so
 /// blocks of an old version become unreachable at once and no read can mix two versions. It is
-/// kept per backing identity (device, inode), not per kernel inode, so cached blocks outlive
-/// the kernel forgetting a file, and renames. tierfs's own writes update the blocks they touch
-/// in place and keep `gen`, so a small write does not throw away a large cached file.
+/// kept per backing identity, not per kernel inode, so cached blocks outlive the kernel
+/// forgetting a file, and renames. tierfs's own writes update the blocks they touch in place
+/// and keep `gen`, so a small write does not throw away a large cached file. `gen` is unique
+/// across all files of a mount, so it is the whole name of a version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockKey {
-    /// Backing inode number, for diagnostics and locality; `gen` alone is unique.
-    pub ino: u64,
     pub gen: u64,
     /// Block index: byte offset / block size.
     pub idx: u64,

@@ -253,7 +253,7 @@ mod tests {
     use super::*;
 
     fn key(gen: u64, idx: u64) -> BlockKey {
-        BlockKey { ino: 1, gen, idx }
+        BlockKey { gen, idx }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use tierfs_fuse::FuseConfig;
 
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// `store.identity`: how the store's objects are identified (docs/architecture.md).
+    pub store_identity: tierfs_store::IdentityChoice,
     pub fs: FsConfig,
     pub fuse: FuseConfig,
     pub ssd: SsdConfig,
@@ -108,6 +110,7 @@ impl Default for Config {
             ..PressureConfig::default()
         };
         Config {
+            store_identity: Default::default(),
             fs,
             fuse,
             ssd: SsdConfig::default(),
@@ -294,6 +297,7 @@ impl Config {
         "writeback.chunk",
         "writeback.group",
         "writeback.reserve_chunk",
+        "store.identity",
     ];
 
     /// The value of one tunable, in the form [`Config::set`] takes; None for an unknown key.
@@ -360,6 +364,7 @@ impl Config {
             "writeback.chunk" => format_size(wb.chunk),
             "writeback.group" => format_size(wb.group),
             "writeback.reserve_chunk" => format_size(wb.reserve_chunk),
+            "store.identity" => self.store_identity.to_string(),
             _ => return None,
         })
     }
@@ -394,6 +399,9 @@ impl Config {
                     }
                 }
                 "ssd.enable" => self.ssd_enable = parse_bool(value)?,
+                "store.identity" => {
+                    self.store_identity = value.parse().map_err(|e: String| anyhow::anyhow!(e))?
+                }
                 "ssd.max_size" => self.ssd.max_size = parse_size(value)?,
                 "ssd.max_fill_pct" => self.ssd.max_fill_pct = parse_count(value, 1, 100)? as u8,
                 "ssd.min_free_pct" => self.ssd.min_free_pct = parse_count(value, 0, 99)? as u8,

@@ -79,7 +79,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     // reused and its size bounds the daemon's (see `one_malloc_arena`).
     tierfs_fs::one_malloc_arena();
     // Everything that can be checked is checked before detaching.
-    let store = PosixStore::open(&args.backing)?;
+    let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
     let mountpoint = args
         .mountpoint
         .canonicalize()
@@ -243,6 +243,13 @@ fn open_ssd(
     let t = std::time::Instant::now();
     let ssd = tierfs_fs::SsdCache::open(&cache_dir.join("ssd"), &ident, config.ssd.clone(), reset)
         .map_err(|e| anyhow::anyhow!("SSD tier: {e}"))?;
+    if let Some(old) = ssd.rebuilt_from_format() {
+        tracing::warn!(
+            "SSD tier {}: on-disk format {old} of an older tierfs, rebuilt empty (its data is \
+             fetched from the store again as it is read)",
+            cache_dir.join("ssd").display()
+        );
+    }
     let st = ssd.stats();
     tracing::info!(
         "SSD tier: {} entries in {} segments ({} bytes of {} cap), index rebuilt in {} ms ({:.0?} to open)",
@@ -280,6 +287,14 @@ fn serve(
     // Everything that can fail is done before mounting (a failure after it would leave a dead
     // mount behind, e.g. a cache dir path too long for a unix socket) and reported through
     // `ready`, so the parent prints it as its one line.
+    tracing::info!(
+        "store identity: by {} ({})",
+        match tierfs_store::Store::identity(&store) {
+            tierfs_store::Identity::Inode => "inode number",
+            tierfs_store::Identity::Path => "path",
+        },
+        store.identity_reason()
+    );
     let setup = (|| -> Result<_> {
         let ssd = open_ssd(cache_dir, store.store_id(), &config, reset_cache)?;
         let fs = tierfs_fs::Fs::with_ssd(store, config.fs.clone(), ssd)

@@ -83,6 +83,9 @@ impl<S: Store> Store for CountedStore<S> {
     fn store_id(&self) -> &str {
         self.inner.store_id()
     }
+    fn identity(&self) -> tierfs_store::Identity {
+        self.inner.identity()
+    }
     fn root(&self) -> Result<(S::Node, Attr)> {
         self.count(&self.counters.getattr, self.inner.root())
     }

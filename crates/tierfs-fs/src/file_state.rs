@@ -47,11 +47,15 @@ struct Inner {
     opened: Option<Fingerprint>,
 }
 
-/// One per backing file (device, inode), shared by every kernel inode and handle of it, and
+/// One per backing file (by identity), shared by every kernel inode and handle of it, and
 /// kept after the kernel forgets the file so its cached blocks stay reachable.
 pub struct FileState {
-    pub backing_dev: u64,
-    pub backing_ino: u64,
+    /// The file's identity: keys its SSD entries. Changes when a rename through tierfs
+    /// gives a file identified by its path a new one (`InodeTable::rekey`).
+    id: Mutex<crate::identity::Ident>,
+    /// The identity it had when the state was made: keys its write-back journal records,
+    /// which must match each other across a rename.
+    pub journal_key: crate::identity::Ident,
     /// Readers take it shared, writers exclusive, for one request each: a read never sees half
     /// of a write, and a fetch never inserts blocks older than a write that finished first.
     pub rw: RwLock<()>,
@@ -85,8 +89,8 @@ impl FileState {
     /// metadata cache).
     pub fn new_at(attr: &Attr, checked: Instant) -> FileState {
         FileState {
-            backing_dev: attr.dev,
-            backing_ino: attr.ino,
+            id: Mutex::new((attr.dev, attr.ino)),
+            journal_key: (attr.dev, attr.ino),
             rw: RwLock::new(()),
             dirty: Mutex::new(None),
             has_dirty: AtomicBool::new(false),
@@ -105,6 +109,14 @@ impl FileState {
                 opened: None,
             }),
         }
+    }
+
+    pub fn id(&self) -> crate::identity::Ident {
+        *self.id.lock()
+    }
+
+    pub(crate) fn set_id(&self, id: crate::identity::Ident) {
+        *self.id.lock() = id;
     }
 
     pub fn version(&self) -> Version {
@@ -137,10 +149,18 @@ impl FileState {
         if fp == i.v.fp {
             return Observed::Unchanged;
         }
+        let old = i.v.gen;
         i.v = Version {
             fp,
             gen: next_gen(),
         };
+        // While one of our own writes is under way (a write-through writer holds the lock
+        // exclusively; a flusher writes without it), the change may be that write's: what
+        // the kernel holds is then the application's own data, not an old version.
+        if self.flushing.load(std::sync::atomic::Ordering::Acquire) || self.rw.is_locked_exclusive()
+        {
+            self.served.follow(old, &i.v);
+        }
         Observed::Changed
     }
 
@@ -167,6 +187,7 @@ impl FileState {
         if fp.size == i.v.fp.size && fp.mtime_ns == i.v.fp.mtime_ns {
             i.v.fp = fp;
             i.checked = Instant::now();
+            self.served.follow(i.v.gen, &i.v);
             return Observed::Unchanged;
         }
         drop(i);
@@ -179,6 +200,8 @@ impl FileState {
         if i.v.gen == gen {
             i.v.fp = attr.fingerprint();
             i.checked = Instant::now();
+            // What the kernel holds of this generation is the application's own data.
+            self.served.follow(gen, &i.v);
         }
     }
 

@@ -2,6 +2,7 @@
 
 use crate::counted::CountedStore;
 use crate::file_state::{FileState, Observed};
+use crate::identity::{is_path_id, Ident};
 use crate::inode::{now_ms, Inode, InodeTable};
 use crate::meta::{ident, MetaCache, NameLookup};
 use crate::pool::Pool;
@@ -20,7 +21,10 @@ use tierfs_cache::{
 };
 use tierfs_store::{Attr, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
 
-pub(crate) type St<S> = CountedStore<S>;
+pub(crate) type St<S> = crate::identity::IdStore<CountedStore<S>>;
+/// A backing node and an open backing file as the core holds them (with their identity).
+pub(crate) type Node<S> = <St<S> as Store>::Node;
+pub(crate) type Handle<S> = <St<S> as Store>::Handle;
 
 /// A name the kernel now knows: inode number and attributes (with `attr.ino` = that number).
 #[derive(Clone, Copy, Debug)]
@@ -62,7 +66,7 @@ pub struct DirEntryOut {
 pub(crate) struct OpenFile<S: Store> {
     /// The backing file, opened on first need: an open served from the metadata cache
     /// (`meta.cto=off`) reaches the backing store only if a read misses every tier.
-    handle: OnceLock<S::Handle>,
+    handle: OnceLock<Handle<S>>,
     flags: i32,
     opening: Mutex<()>,
     /// Keeps the inode (and its backing node) alive while the file is open.
@@ -76,7 +80,7 @@ pub(crate) struct OpenFile<S: Store> {
 impl<S: Store> OpenFile<S> {
     fn new(
         inode: Arc<Inode<St<S>>>,
-        handle: Option<S::Handle>,
+        handle: Option<Handle<S>>,
         flags: i32,
         state: Arc<FileState>,
     ) -> Self {
@@ -151,7 +155,7 @@ impl<S: Store> Fs<S> {
 
     /// A filesystem with an SSD tier below the RAM tier.
     pub fn with_ssd(store: S, cfg: FsConfig, ssd: Option<Arc<SsdCache>>) -> Result<Arc<Fs<S>>> {
-        let store = CountedStore::new(store);
+        let store = crate::identity::IdStore::new(CountedStore::new(store))?;
         let (root, root_attr) = store.root()?;
         if root_attr.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
@@ -169,7 +173,11 @@ impl<S: Store> Fs<S> {
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
             stats: FsStats::default(),
-            meta: MetaCache::new(cfg.meta_ttl, cfg.meta_max_entries),
+            meta: MetaCache::new(
+                cfg.meta_ttl,
+                cfg.meta_max_entries,
+                store.identity_kind() == tierfs_store::Identity::Path,
+            ),
             ssd,
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
             readahead_max: AtomicU64::new(cfg.readahead_max),
@@ -280,7 +288,7 @@ impl<S: Store> Fs<S> {
         &self,
         parent: &Arc<Inode<St<S>>>,
         name: &OsStr,
-        node: S::Node,
+        node: Node<S>,
         mut attr: Attr,
     ) -> Entry {
         self.meta.put_attr(&attr, Instant::now());
@@ -289,8 +297,19 @@ impl<S: Store> Fs<S> {
         self.overlay_attr(&inode, &mut attr);
         Entry {
             ino: inode.ino,
+            age: self.kernel_age(&attr, std::time::Duration::ZERO),
             attr,
-            age: std::time::Duration::ZERO,
+        }
+    }
+
+    /// How old the kernel should take `attr` to be. With path identities each name of a
+    /// hard-linked file is an object of its own, and a link or unlink through one name
+    /// changes the others' link count unseen: such attributes are not to be kept at all.
+    fn kernel_age(&self, attr: &Attr, age: std::time::Duration) -> std::time::Duration {
+        if self.meta.distrusts(attr) {
+            std::time::Duration::MAX
+        } else {
+            age
         }
     }
 
@@ -312,6 +331,14 @@ impl<S: Store> Fs<S> {
         if let Observed::Changed = state.observe_data(attr) {
             FsStats::add(&self.stats.version_changes, 1);
         }
+    }
+
+    /// Attributes of an open file, under the identity its state has now (a handle keeps the
+    /// one it was opened under, which a rename may have changed since).
+    pub(crate) fn fstat_as(&self, st: &FileState, h: &Handle<S>) -> Result<Attr> {
+        let mut a = self.store.fstat(h)?;
+        (a.dev, a.ino) = st.id();
+        Ok(a)
     }
 
     /// Lets the core have the kernel drop cached pages (the FUSE adapter sets it at mount).
@@ -353,7 +380,7 @@ impl<S: Store> Fs<S> {
             None => {
                 let (node, attr) = self.store.lookup(&self.node(&p)?, name)?;
                 // A name the listing lacked (created behind our back): it has it now.
-                self.meta.learn_name(p.id, name, &attr);
+                self.meta.learn_name(p.id(), name, &attr);
                 self.entry(&p, name, node, attr)
             }
         };
@@ -367,15 +394,18 @@ impl<S: Store> Fs<S> {
             return None;
         }
         let p = self.inodes.get(parent)?;
-        self.answer_from_listing(&p, name, self.meta.lookup(p.id, name))
+        self.answer_from_listing(&p, name, self.meta.lookup(p.id(), name))
     }
 
     /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
     pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, std::time::Duration)> {
         let i = self.inodes.get(ino)?;
-        let (attr, at) = self.meta.attr(i.id)?;
+        let (attr, at) = self.meta.attr(i.id())?;
         FsStats::add(&self.stats.meta_hits, 1);
-        Some((self.with_ino(&i, attr), at.elapsed()))
+        Some((
+            self.with_ino(&i, attr),
+            self.kernel_age(&attr, at.elapsed()),
+        ))
     }
 
     /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
@@ -389,14 +419,14 @@ impl<S: Store> Fs<S> {
         if !self.meta.enabled() || p.kind != FileKind::Dir {
             return Ok(None);
         }
-        let mut found = self.meta.lookup(p.id, name);
-        if matches!(found, NameLookup::Unknown) && !self.meta.has_listing(p.id) {
+        let mut found = self.meta.lookup(p.id(), name);
+        if matches!(found, NameLookup::Unknown) && !self.meta.has_listing(p.id()) {
             self.restore_listing(p, false);
-            found = self.meta.lookup(p.id, name);
+            found = self.meta.lookup(p.id(), name);
         }
-        if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id, name) {
+        if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id(), name) {
             self.list_dir(p)?;
-            found = self.meta.lookup(p.id, name);
+            found = self.meta.lookup(p.id(), name);
         }
         self.answer_from_listing(p, name, found).transpose()
     }
@@ -429,7 +459,7 @@ impl<S: Store> Fs<S> {
         Some(Ok(Entry {
             ino: inode.ino,
             attr,
-            age: at.elapsed(),
+            age: self.kernel_age(&attr, at.elapsed()),
         }))
     }
 
@@ -439,7 +469,7 @@ impl<S: Store> Fs<S> {
         // The directory's attributes name the listing's version in the SSD tier: they must
         // be taken *before* the listing, so a change in between gives a version that no
         // later lookup asks for (a miss), never an old listing under a new version.
-        let dir_attr = match self.meta.attr(d.id) {
+        let dir_attr = match self.meta.attr(d.id()) {
             Some((a, _)) => Some(a),
             None if self.ssd_meta() => self.store.getattr(&node).ok(),
             None => None,
@@ -456,14 +486,14 @@ impl<S: Store> Fs<S> {
         }
         FsStats::add(&self.stats.meta_listings, 1);
         if complete {
-            self.meta.put_listing(d.id, &out, at);
+            self.meta.put_listing(d.id(), &out, at);
             if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
                 self.persist_listing(&da, &out, at);
             }
         } else {
             // Entries vanished while listing, or the store cannot stat in the same pass:
             // not a listing to answer negative lookups from.
-            self.meta.drop_listing(d.id);
+            self.meta.drop_listing(d.id());
             for (_, a) in &out {
                 self.meta.put_attr(a, at);
             }
@@ -499,7 +529,7 @@ impl<S: Store> Fs<S> {
         if !self.ssd_meta() {
             return false;
         }
-        let (Some(ssd), Some((dattr, _))) = (&self.ssd, self.meta.attr(d.id)) else {
+        let (Some(ssd), Some((dattr, _))) = (&self.ssd, self.meta.attr(d.id())) else {
             return false;
         };
         let v = crate::meta_codec::version_of(&dattr.fingerprint());
@@ -516,14 +546,14 @@ impl<S: Store> Fs<S> {
             return false;
         };
         FsStats::add(&self.stats.meta_ssd_hits, 1);
-        self.meta.put_listing(d.id, &entries, validated);
+        self.meta.put_listing(d.id(), &entries, validated);
         true
     }
 
     /// The backing node of an inode, resolving it from its parent and name if the inode was
     /// learned from the metadata cache. ESTALE if the name now holds another object: the
     /// kernel then looks the path up again.
-    pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<S::Node> {
+    pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<Node<S>> {
         if let Some(n) = i.node() {
             return Ok(n);
         }
@@ -535,12 +565,12 @@ impl<S: Store> Fs<S> {
         let (node, attr) = match self.store.lookup(&pnode, &name) {
             Ok(r) => r,
             Err(e) => {
-                self.meta.drop_listing(parent.id);
+                self.meta.drop_listing(parent.id());
                 return Err(if e == Errno::ENOENT { Errno::ESTALE } else { e });
             }
         };
-        if ident(&attr) != i.id {
-            self.meta.drop_listing(parent.id);
+        if ident(&attr) != i.id() {
+            self.meta.drop_listing(parent.id());
             return Err(Errno::ESTALE);
         }
         self.meta.put_attr(&attr, Instant::now());
@@ -568,16 +598,20 @@ impl<S: Store> Fs<S> {
     /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
     pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
         let i = self.inode(ino)?;
-        if let Some((attr, at)) = self.meta.attr(i.id) {
+        if let Some((attr, at)) = self.meta.attr(i.id()) {
             FsStats::add(&self.stats.meta_hits, 1);
-            return Ok((self.with_ino(&i, attr), at.elapsed()));
+            return Ok((
+                self.with_ino(&i, attr),
+                self.kernel_age(&attr, at.elapsed()),
+            ));
         }
         let attr = self.store.getattr(&self.node(&i)?)?;
         self.meta.put_attr(&attr, Instant::now());
         if let Some(st) = &i.file {
             self.observe(st, &attr);
         }
-        Ok((self.with_ino(&i, attr), std::time::Duration::ZERO))
+        let age = self.kernel_age(&attr, std::time::Duration::ZERO);
+        Ok((self.with_ino(&i, attr), age))
     }
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
@@ -600,7 +634,7 @@ impl<S: Store> Fs<S> {
             None => None,
         };
         let node = self.node(&i)?;
-        self.meta.drop_attr(i.id);
+        self.meta.drop_attr(i.id());
         let Some(st) = &i.file else {
             let attr = self.store.setattr(&node, handle, set)?;
             self.meta.put_attr(&attr, Instant::now());
@@ -614,7 +648,7 @@ impl<S: Store> Fs<S> {
         }
         match (&attr, set.size) {
             (Ok(a), None) => {
-                if let Observed::Changed = st.observe_own_metadata_change(a) {
+                if let Observed::Changed = self.own_metadata_change(st, a) {
                     FsStats::add(&self.stats.version_changes, 1);
                 }
             }
@@ -626,8 +660,8 @@ impl<S: Store> Fs<S> {
 
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
         let i = self.inode(ino)?;
-        if let Some((attr, _)) = self.meta.attr(i.id) {
-            if let Some(t) = self.meta.link_target(i.id, &attr) {
+        if let Some((attr, _)) = self.meta.attr(i.id()) {
+            if let Some(t) = self.meta.link_target(i.id(), &attr) {
                 FsStats::add(&self.stats.meta_hits, 1);
                 return Ok(t);
             }
@@ -673,7 +707,7 @@ impl<S: Store> Fs<S> {
         let (node, attr) = self
             .store
             .mknod(&self.node(&p)?, name, mode, rdev, self.owner(req))?;
-        self.meta.add_name(p.id, name, &attr);
+        self.meta.add_name(p.id(), name, &attr);
         Ok(self.entry(&p, name, node, attr))
     }
 
@@ -682,7 +716,7 @@ impl<S: Store> Fs<S> {
         let (node, attr) = self
             .store
             .mkdir(&self.node(&p)?, name, mode, self.owner(req))?;
-        self.meta.add_name(p.id, name, &attr);
+        self.meta.add_name(p.id(), name, &attr);
         // A new directory is empty: its listing is known without asking.
         self.meta.put_listing(ident(&attr), &[], Instant::now());
         Ok(self.entry(&p, name, node, attr))
@@ -699,7 +733,7 @@ impl<S: Store> Fs<S> {
         let (node, attr) = self
             .store
             .symlink(&self.node(&p)?, name, target, self.owner(req))?;
-        self.meta.add_name(p.id, name, &attr);
+        self.meta.add_name(p.id(), name, &attr);
         self.meta.put_link_target(&attr, target);
         Ok(self.entry(&p, name, node, attr))
     }
@@ -710,10 +744,19 @@ impl<S: Store> Fs<S> {
         let np = self.inode(newparent)?;
         let node = self.node(&i)?;
         let attr = self.store.link(&node, &self.node(&np)?, newname)?;
-        if let Some(st) = &i.file {
-            st.observe_own_metadata_change(&attr);
+        // With path identities the new name is an object of its own; the old name's link
+        // count moved unseen (and its attributes are not trusted from now on, see
+        // `MetaCache::distrusts`).
+        let node = self.store.relabel(&node, ident(&attr));
+        if ident(&attr) != i.id() {
+            self.meta.drop_attr(i.id());
+            if let Some(k) = self.kernel.get() {
+                k.drop_attrs(i.ino);
+            }
+        } else if let Some(st) = &i.file {
+            self.own_metadata_change(st, &attr);
         }
-        self.meta.add_name(np.id, newname, &attr);
+        self.meta.add_name(np.id(), newname, &attr);
         Ok(self.entry(&np, newname, node, attr))
     }
 
@@ -726,8 +769,21 @@ impl<S: Store> Fs<S> {
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
             self.meta.drop_attr(id);
+            if r.is_ok() {
+                self.name_gone(id);
+            }
         }
         r
+    }
+
+    /// With path identities, an object whose name went away (unlink, rmdir) is no longer
+    /// what its identity (its path's) names: it gets one of its own, so that what is created
+    /// under that name next (a new file, a link) is another object.
+    fn name_gone(&self, id: Ident) {
+        if is_path_id(id) {
+            let relabel = |n: &Node<S>, id: Ident| self.store.relabel(n, id);
+            self.inodes.vacate(id, None, &relabel);
+        }
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
@@ -738,6 +794,9 @@ impl<S: Store> Fs<S> {
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
             self.meta.drop_listing(id);
+            if r.is_ok() {
+                self.name_gone(id);
+            }
         }
         r
     }
@@ -753,7 +812,7 @@ impl<S: Store> Fs<S> {
         name: &OsStr,
         pin: bool,
     ) -> Option<crate::meta::Ident> {
-        let known = match self.meta.lookup(p.id, name) {
+        let known = match self.meta.lookup(p.id(), name) {
             NameLookup::Found(c) => self.inodes.by_ident(c.id).map(|i| (c.id, i)),
             _ => None,
         };
@@ -783,10 +842,10 @@ impl<S: Store> Fs<S> {
     fn after_name_change(&self, p: &Arc<Inode<St<S>>>, name: &OsStr, r: &Result<()>) {
         match r {
             Ok(()) => {
-                self.meta.remove_name(p.id, name);
+                self.meta.remove_name(p.id(), name);
             }
             // The name's state is not what we thought: ask again next time.
-            Err(_) => self.meta.drop_listing(p.id),
+            Err(_) => self.meta.drop_listing(p.id()),
         }
     }
 
@@ -812,56 +871,165 @@ impl<S: Store> Fs<S> {
             self.meta.drop_attr(id);
         }
         if r.is_err() {
-            self.meta.drop_listing(p.id);
-            self.meta.drop_listing(np.id);
+            self.meta.drop_listing(p.id());
+            self.meta.drop_listing(np.id());
             return r;
         }
-        self.meta.remove_name(p.id, name);
-        self.meta.remove_name(np.id, newname);
+        self.meta.remove_name(p.id(), name);
+        self.meta.remove_name(np.id(), newname);
+        // Path identities: what moved takes the identity of its new path.
+        let moved_inode = moved.and_then(|id| self.inodes.by_ident(id));
+        let mut rekeyed = false;
+        if let Some(id) = moved.filter(|id| is_path_id(*id)) {
+            let is_dir = match &moved_inode {
+                Some(i) => i.kind == FileKind::Dir,
+                None => self
+                    .store
+                    .lookup(&npnode, newname)
+                    .is_ok_and(|(_, a)| a.kind == FileKind::Dir),
+            };
+            if exchange || is_dir {
+                // Keeps its identity (a directory: so does everything under it); its new
+                // path leads to it, its old one to a new identity (or, for an exchange, to
+                // the other object's).
+                self.store.alias(np.id(), newname, id);
+                if !exchange {
+                    self.store.alias_fresh(p.id(), name);
+                }
+            } else {
+                let new = self.store.derive(np.id(), newname);
+                rekeyed = self.follow_rename(id, moved_inode.as_ref(), new);
+            }
+        }
+        if let (true, Some(id)) = (exchange, victim.filter(|id| is_path_id(*id))) {
+            self.store.alias(p.id(), name, id);
+        }
         // A rename moves the file's ctime; tell its state that the data did not change, so
         // the cached blocks survive the rename.
         match self.store.lookup(&npnode, newname) {
             Ok((node, attr)) => {
-                self.meta.add_name(np.id, newname, &attr);
+                self.meta.add_name(np.id(), newname, &attr);
                 if let Some(i) = self.inodes.by_ident(ident(&attr)) {
                     i.moved_to(np.clone(), newname);
+                    i.set_node(node.clone());
                     self.inodes.hold_node(&i, node);
                 }
-                self.note_own_metadata_change(&attr);
+                self.note_own_metadata_change(&attr, rekeyed);
             }
-            Err(_) => self.meta.drop_listing(np.id),
+            Err(_) => self.meta.drop_listing(np.id()),
         }
-        if flags & libc::RENAME_EXCHANGE != 0 {
+        if exchange {
             match self.store.lookup(&pnode, name) {
                 Ok((node, attr)) => {
-                    self.meta.add_name(p.id, name, &attr);
+                    self.meta.add_name(p.id(), name, &attr);
                     if let Some(i) = self.inodes.by_ident(ident(&attr)) {
                         i.moved_to(p.clone(), name);
+                        i.set_node(node.clone());
                         self.inodes.hold_node(&i, node);
                     }
-                    self.note_own_metadata_change(&attr);
+                    self.note_own_metadata_change(&attr, rekeyed);
                 }
-                Err(_) => self.meta.drop_listing(p.id),
+                Err(_) => self.meta.drop_listing(p.id()),
             }
         }
         Ok(())
     }
 
-    fn note_own_metadata_change(&self, attr: &Attr) {
+    /// After a rename through tierfs moved the object of identity `old` (the kernel's inode
+    /// of it: `inode`) to a path whose identity is `new`: with path identities the two
+    /// differ, and the object takes the new one, keeping its kernel inode number and its
+    /// cached blocks in RAM (`InodeTable::rekey`). What the SSD tier holds under the old
+    /// identity is dropped: that identity is the old path's, and a file created there later
+    /// must not find this one's data (its version could match: same size and mtime).
+    fn follow_rename(&self, old: Ident, inode: Option<&Arc<Inode<St<S>>>>, new: Ident) -> bool {
+        if old == new {
+            return false;
+        }
+        let relabel = |n: &Node<S>, id: Ident| self.store.relabel(n, id);
+        let state = match inode {
+            Some(i) => {
+                self.inodes.rekey(i, new, &relabel);
+                i.file.clone()
+            }
+            None => self.inodes.rekey_state(old, new, &relabel),
+        };
+        // A directory's listing names its entries by identities made from the old one.
+        self.meta.drop_listing(old);
+        self.meta.drop_listing(new);
+        let Some(ssd) = &self.ssd else { return true };
+        let key = |kind, idx| SsdKey {
+            kind,
+            dev: old.0,
+            ino: old.1,
+            idx,
+        };
+        let blocks = state.map_or(0, |st| st.version().fp.size.div_ceil(self.cfg.block_size));
+        ssd.evict(
+            [key(KIND_DIR, 0), key(KIND_LINK, 0)]
+                .into_iter()
+                .chain((0..blocks).map(|i| key(tierfs_cache::KIND_DATA, i))),
+        );
+        true
+    }
+
+    /// After one of our own metadata operations moved a file's ctime (rename, chmod, chown,
+    /// link): the SSD tier's entries of it carry a version made from the old fingerprint and
+    /// would miss after a restart; what the RAM tier holds of it is offered again under the
+    /// new one (within the tier's write budget).
+    fn reoffer_to_ssd(&self, st: &FileState) {
+        let Some(ssd) = &self.ssd else { return };
+        // Blocks in RAM were fetched under a fingerprint that was not racy, or written by
+        // us: they are this version's data, whatever its ctime.
+        let v = st.version();
+        let (dev, ino) = st.id();
+        let version = crate::meta_codec::version_of(&v.fp);
+        for idx in 0..v.fp.size.div_ceil(self.cfg.block_size) {
+            if let Some(b) = self.cache.peek(&tierfs_cache::BlockKey { gen: v.gen, idx }) {
+                let key = SsdKey {
+                    kind: tierfs_cache::KIND_DATA,
+                    dev,
+                    ino,
+                    idx,
+                };
+                ssd.offer(key, version, b);
+            }
+        }
+    }
+
+    /// `rekeyed`: a rename gave the file a new identity, so its SSD entries must be offered
+    /// under it even if the fingerprint did not move.
+    fn note_own_metadata_change(&self, attr: &Attr, rekeyed: bool) {
         if attr.kind != FileKind::File {
             return;
         }
-        if let Some(i) = self.inodes.get(self.inodes.kernel_ino(attr)) {
+        if let Some(i) = self.inodes.by_ident(ident(attr)) {
             if let Some(st) = &i.file {
-                st.observe_own_metadata_change(attr);
+                let before = st.version();
+                self.own_metadata_change(st, attr);
+                let after = st.version();
+                if rekeyed && after.gen == before.gen && after.fp == before.fp {
+                    self.reoffer_to_ssd(st);
+                }
             }
         }
+    }
+
+    /// [`FileState::observe_own_metadata_change`], and the SSD tier told of the new version
+    /// when only the ctime moved (see [`Fs::reoffer_to_ssd`]).
+    pub(crate) fn own_metadata_change(&self, st: &FileState, attr: &Attr) -> Observed {
+        let before = st.version();
+        let r = st.observe_own_metadata_change(attr);
+        let after = st.version();
+        if after.gen == before.gen && after.fp != before.fp {
+            self.reoffer_to_ssd(st);
+        }
+        r
     }
 
     fn add_open_file(
         &self,
         inode: Arc<Inode<St<S>>>,
-        handle: Option<S::Handle>,
+        handle: Option<Handle<S>>,
         flags: i32,
     ) -> Result<u64> {
         let state = inode.file.clone().ok_or(Errno::EINVAL)?;
@@ -927,7 +1095,7 @@ impl<S: Store> Fs<S> {
         } else {
             self.store.open(&node, flags)?
         };
-        let attr = self.store.fstat(&handle)?;
+        let attr = self.fstat_as(&st, &handle)?;
         self.meta.put_attr(&attr, Instant::now());
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)
@@ -1023,7 +1191,7 @@ impl<S: Store> Fs<S> {
         let (node, attr, handle) =
             self.store
                 .create(&self.node(&p)?, name, mode, flags, self.owner(req))?;
-        self.meta.add_name(p.id, name, &attr);
+        self.meta.add_name(p.id(), name, &attr);
         let entry = self.entry(&p, name, node, attr);
         let inode = self.inode(entry.ino)?;
         if let Some(st) = &inode.file {
@@ -1069,7 +1237,7 @@ impl<S: Store> Fs<S> {
     /// The open file's backing handle, opened now if the open was served from the metadata
     /// cache. The backing file's fingerprint is recorded as it is opened: if it changed since
     /// the cache validated it, the reader sees the new version from here on.
-    pub(crate) fn handle<'a>(&self, of: &'a OpenFile<S>) -> Result<&'a S::Handle> {
+    pub(crate) fn handle<'a>(&self, of: &'a OpenFile<S>) -> Result<&'a Handle<S>> {
         if let Some(h) = of.handle.get() {
             return Ok(h);
         }
@@ -1079,7 +1247,7 @@ impl<S: Store> Fs<S> {
         }
         let node = self.node(&of.inode)?;
         let h = self.store.open(&node, of.flags)?;
-        let attr = self.store.fstat(&h)?;
+        let attr = self.fstat_as(&of.state, &h)?;
         self.meta.put_attr(&attr, Instant::now());
         self.observe_data(&of.state, &attr);
         let _ = of.handle.set(h);
@@ -1092,8 +1260,8 @@ impl<S: Store> Fs<S> {
         let h = self.handle(&of)?;
         let _w = of.state.rw.write();
         let r = self.store.fallocate(h, mode, offset, len);
-        let attr = self.store.fstat(h).ok();
-        self.meta.drop_attr(of.inode.id);
+        let attr = self.fstat_as(&of.state, h).ok();
+        self.meta.drop_attr(of.inode.id());
         of.state.invalidate(attr.as_ref());
         r
     }
@@ -1112,7 +1280,7 @@ impl<S: Store> Fs<S> {
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        if !self.meta.has_listing(i.id) {
+        if !self.meta.has_listing(i.id()) {
             self.restore_listing(&i, false);
         }
         let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(&i) {
@@ -1127,7 +1295,7 @@ impl<S: Store> Fs<S> {
                 .readdir(&self.node(&i)?)?
                 .into_iter()
                 .map(|e| {
-                    let ino = self.inodes.kernel_ino_of_entry(e.ino);
+                    let ino = self.inodes.kernel_ino_of_ident((e.dev, e.ino));
                     (e.name, e.kind.unwrap_or(FileKind::File), ino)
                 })
                 .collect(),
@@ -1142,7 +1310,7 @@ impl<S: Store> Fs<S> {
         if i.kind != FileKind::Dir {
             return None;
         }
-        if !self.meta.has_listing(i.id) {
+        if !self.meta.has_listing(i.id()) {
             self.restore_listing(&i, true);
         }
         let listing = self.cached_listing(&i)?;
@@ -1151,7 +1319,7 @@ impl<S: Store> Fs<S> {
 
     /// A fresh cached listing as (name, kind, kernel inode).
     fn cached_listing(&self, i: &Inode<St<S>>) -> Option<Vec<(OsString, FileKind, u64)>> {
-        let l = self.meta.listing(i.id)?;
+        let l = self.meta.listing(i.id())?;
         FsStats::add(&self.stats.meta_hits, 1);
         Some(
             l.into_iter()
@@ -1233,7 +1401,7 @@ impl<S: Store> Fs<S> {
     }
 
     fn after_xattr_change(&self, i: &Arc<Inode<St<S>>>) {
-        self.meta.drop_attr(i.id);
+        self.meta.drop_attr(i.id());
         let Ok(node) = self.node(i) else { return };
         if let (Some(st), Ok(attr)) = (&i.file, self.store.getattr(&node)) {
             self.meta.put_attr(&attr, Instant::now());
@@ -1268,7 +1436,7 @@ impl<S: Store> Fs<S> {
             store_id: self.store.store_id().to_string(),
             block_size: self.cfg.block_size,
             ram: self.cache.stats(),
-            backing: self.store.counters.snapshot(),
+            backing: self.store.inner().counters.snapshot(),
             read_requests: FsStats::get(&s.read_requests),
             read_bytes: FsStats::get(&s.read_bytes),
             read_ram_only: FsStats::get(&s.read_ram_only),

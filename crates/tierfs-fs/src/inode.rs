@@ -1,11 +1,15 @@
 //! The inode table: kernel inode numbers <-> backing objects.
 //!
-//! A backing object's identity is (device, inode). The kernel inode number is the backing
-//! inode number when the object lives on the root's device (stable across remounts and equal
-//! to what readdir reports), 1 for the root, and a synthetic number for objects on other
-//! devices. Hard links therefore map to one kernel inode, and renames keep it.
+//! A backing object's identity is an [`Ident`] (see `identity.rs`). tierfs owns the kernel
+//! inode numbers: 1 for the root; the store's inode number for an object identified by it
+//! (stable across remounts and equal to what readdir reports, so hard links map to one kernel
+//! inode); for an object identified by its path, a number taken from the path's hash, so the
+//! same name gets the same number after a remount. Two live objects never share one: should
+//! hashes meet (or an object keep its number across a rename that gave it a new identity),
+//! the newcomer takes the next free number, recorded in `assigned` while it lives.
 
 use crate::file_state::FileState;
+use crate::identity::Ident;
 use dashmap::DashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -17,8 +21,9 @@ const SYNTHETIC_BASE: u64 = 1 << 60;
 
 pub struct Inode<S: Store> {
     pub ino: u64,
-    /// Backing identity (device, inode).
-    pub id: (u64, u64),
+    /// Backing identity; changes only when a rename through tierfs gives an object identified
+    /// by its path a new one (see [`InodeTable::rekey`]).
+    id: parking_lot::Mutex<Ident>,
     /// The backing node (an open descriptor for PosixStore), when held. An inode learned
     /// from a cached listing has none until an operation has to reach the backing store
     /// (see `Fs::node`); a file's node may be let go again (see [`InodeTable::hold_node`]).
@@ -46,8 +51,20 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl<S: Store> Inode<S> {
+    pub fn id(&self) -> Ident {
+        *self.id.lock()
+    }
+
     pub fn node(&self) -> Option<S::Node> {
         self.node.lock().clone()
+    }
+
+    /// Replaces the node (a rename gave the object a new identity, which its node carries).
+    pub(crate) fn set_node(&self, node: S::Node) {
+        let mut n = self.node.lock();
+        if n.is_some() {
+            *n = Some(node);
+        }
     }
 
     /// Holds `node` for good (see `pinned`).
@@ -73,13 +90,15 @@ impl<S: Store> Inode<S> {
 }
 
 pub struct InodeTable<S: Store> {
-    root_dev: u64,
-    root_ino: u64,
+    root_id: Ident,
     inodes: DashMap<u64, Arc<Inode<S>>>,
-    synthetic: DashMap<(u64, u64), u64>,
-    next_synthetic: AtomicU64,
+    /// Kernel inode numbers of live objects that are not the one their identity prefers
+    /// (see the module documentation).
+    assigned: DashMap<Ident, u64>,
+    /// Identities handed to objects a rename left without a name (see [`InodeTable::rekey`]).
+    orphans: AtomicU64,
     /// File states by backing identity; outlive kernel inodes (swapcache's lesson).
-    files: DashMap<(u64, u64), Arc<FileState>>,
+    files: DashMap<Ident, Arc<FileState>>,
     max_files: usize,
     /// Inodes other than directories that hold their node, oldest first: at most
     /// [`FILE_NODES`], so a `grep -r` over a million files does not hold a million
@@ -87,17 +106,25 @@ pub struct InodeTable<S: Store> {
     file_nodes: parking_lot::Mutex<std::collections::VecDeque<std::sync::Weak<Inode<S>>>>,
 }
 
+/// Gives a node another identity (see [`InodeTable::rekey`]).
+pub(crate) type Relabel<'a, S> = &'a dyn Fn(&<S as Store>::Node, Ident) -> <S as Store>::Node;
+
 /// How many non-directory inodes may hold their node at once.
 const FILE_NODES: usize = 4096;
+
+/// A name no directory entry can have (it holds a NUL), for identities of objects that a
+/// rename left without a name.
+fn orphan_name(n: u64) -> OsString {
+    OsString::from(format!("\0orphan{n}"))
+}
 
 impl<S: Store> InodeTable<S> {
     pub fn new(root: S::Node, root_attr: &Attr, max_files: usize) -> Self {
         let t = InodeTable {
-            root_dev: root_attr.dev,
-            root_ino: root_attr.ino,
+            root_id: (root_attr.dev, root_attr.ino),
             inodes: DashMap::new(),
-            synthetic: DashMap::new(),
-            next_synthetic: AtomicU64::new(SYNTHETIC_BASE),
+            assigned: DashMap::new(),
+            orphans: AtomicU64::new(0),
             files: DashMap::new(),
             max_files,
             file_nodes: Default::default(),
@@ -106,7 +133,7 @@ impl<S: Store> InodeTable<S> {
             crate::ROOT_INO,
             Arc::new(Inode {
                 ino: crate::ROOT_INO,
-                id: (root_attr.dev, root_attr.ino),
+                id: parking_lot::Mutex::new((root_attr.dev, root_attr.ino)),
                 node: parking_lot::Mutex::new(Some(root)),
                 origin: parking_lot::Mutex::new(None),
                 pinned: std::sync::atomic::AtomicBool::new(true),
@@ -119,41 +146,38 @@ impl<S: Store> InodeTable<S> {
     }
 
     pub fn kernel_ino(&self, attr: &Attr) -> u64 {
-        self.kernel_ino_of(attr.dev, attr.ino)
+        self.kernel_ino_of_ident((attr.dev, attr.ino))
     }
 
-    /// Kernel inode number of a listing entry, which names no device: the root's is assumed.
-    pub fn kernel_ino_of_entry(&self, backing_ino: u64) -> u64 {
-        self.kernel_ino_of(self.root_dev, backing_ino)
+    /// The kernel inode number of identity `id`: the one its live inode has, else the one it
+    /// would get (see the module documentation).
+    pub fn kernel_ino_of_ident(&self, id: Ident) -> u64 {
+        if id == self.root_id {
+            return crate::ROOT_INO;
+        }
+        if let Some(ino) = self.assigned.get(&id) {
+            return *ino;
+        }
+        Self::preferred(id)
     }
 
-    pub fn kernel_ino_of_ident(&self, id: (u64, u64)) -> u64 {
-        self.kernel_ino_of(id.0, id.1)
+    /// The number an identity asks for: the store's inode number if it has one in range,
+    /// else one from its hash, in [2^60, 2^61) (above any inode number a local filesystem
+    /// hands out, so the two kinds do not meet).
+    fn preferred(id: Ident) -> u64 {
+        if id.0 == 0 && id.1 > crate::ROOT_INO && id.1 < SYNTHETIC_BASE {
+            return id.1;
+        }
+        let mut h = id.0 ^ id.1.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        SYNTHETIC_BASE | ((h ^ (h >> 31)) & (SYNTHETIC_BASE - 1))
     }
 
     /// The live inode of a backing identity, if the kernel knows one.
-    pub fn by_ident(&self, id: (u64, u64)) -> Option<Arc<Inode<S>>> {
-        let ino = if id.0 == self.root_dev {
-            self.kernel_ino_of(id.0, id.1)
-        } else {
-            *self.synthetic.get(&id)?
-        };
-        self.get(ino)
-    }
-
-    fn kernel_ino_of(&self, dev: u64, ino: u64) -> u64 {
-        if dev == self.root_dev {
-            if ino == self.root_ino {
-                return crate::ROOT_INO;
-            }
-            if ino != crate::ROOT_INO && ino < SYNTHETIC_BASE {
-                return ino;
-            }
-        }
-        *self
-            .synthetic
-            .entry((dev, ino))
-            .or_insert_with(|| self.next_synthetic.fetch_add(1, Relaxed))
+    pub fn by_ident(&self, id: Ident) -> Option<Arc<Inode<S>>> {
+        self.get(self.kernel_ino_of_ident(id))
+            .filter(|i| i.id() == id)
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Inode<S>>> {
@@ -165,7 +189,7 @@ impl<S: Store> InodeTable<S> {
     }
 
     /// The cache state of a backing file, if one is kept.
-    pub fn file_state_of(&self, id: (u64, u64)) -> Option<Arc<FileState>> {
+    pub fn file_state_of(&self, id: Ident) -> Option<Arc<FileState>> {
         self.files.get(&id).map(|f| f.clone())
     }
 
@@ -200,6 +224,9 @@ impl<S: Store> InodeTable<S> {
         attr: &Attr,
     ) -> Arc<Inode<S>> {
         let inode = self.remember_with(None, Some((parent, name.to_owned())), attr, Instant::now());
+        // The freshest node: with path identities the name may hold another object than the
+        // one the inode's node was opened on (replaced behind our back).
+        inode.set_node(node.clone());
         self.hold_node(&inode, node);
         inode
     }
@@ -251,22 +278,33 @@ impl<S: Store> InodeTable<S> {
         attr: &Attr,
         validated: Instant,
     ) -> Arc<Inode<S>> {
-        let ino = self.kernel_ino(attr);
+        let id = (attr.dev, attr.ino);
+        let mut ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
         let mut node = node;
         let origin_again = origin.clone();
-        let entry = self.inodes.entry(ino).or_insert_with(|| {
-            Arc::new(Inode {
-                ino,
-                id: (attr.dev, attr.ino),
-                node: parking_lot::Mutex::new(node.take()),
-                origin: parking_lot::Mutex::new(origin),
-                pinned: std::sync::atomic::AtomicBool::new(false),
-                kind: attr.kind,
-                lookups: AtomicU64::new(0),
-                file,
-            })
-        });
+        let entry = loop {
+            let entry = self.inodes.entry(ino).or_insert_with(|| {
+                Arc::new(Inode {
+                    ino,
+                    id: parking_lot::Mutex::new(id),
+                    node: parking_lot::Mutex::new(node.take()),
+                    origin: parking_lot::Mutex::new(origin.clone()),
+                    pinned: std::sync::atomic::AtomicBool::new(false),
+                    kind: attr.kind,
+                    lookups: AtomicU64::new(0),
+                    file: file.clone(),
+                })
+            });
+            if entry.id() == id {
+                break entry;
+            }
+            // Another live object has this number: the next free one, for as long as this
+            // object lives.
+            drop(entry);
+            ino = ino.wrapping_add(1).max(SYNTHETIC_BASE);
+            self.assigned.insert(id, ino);
+        };
         if let Some(o) = origin_again {
             // The latest name it was found by is the one most likely to still hold it.
             *entry.origin.lock() = Some(o);
@@ -280,9 +318,79 @@ impl<S: Store> InodeTable<S> {
         if ino == crate::ROOT_INO {
             return;
         }
-        self.inodes.remove_if(&ino, |_, i| {
+        if let Some((_, gone)) = self.inodes.remove_if(&ino, |_, i| {
             let prev = i.lookups.fetch_sub(n.min(i.lookups.load(Relaxed)), Relaxed);
             prev <= n
-        });
+        }) {
+            self.assigned.remove_if(&gone.id(), |_, v| *v == ino);
+        }
+    }
+
+    /// A rename through tierfs gave `inode`, identified by its path, the identity `new`: it
+    /// keeps its kernel inode number and its file state (so its cached blocks, which are
+    /// keyed by generation, stay valid). A live object that had `new` (the file the rename
+    /// replaced, which may still be open) gets an identity no path leads to.
+    ///
+    /// `relabel` gives a node another identity: an inode's node says whose attributes the
+    /// store's answers about it are.
+    pub(crate) fn rekey(&self, inode: &Arc<Inode<S>>, new: Ident, relabel: Relabel<'_, S>) {
+        let old = inode.id();
+        if old == new {
+            return;
+        }
+        self.vacate(new, Some(inode), relabel);
+        self.move_ident(inode, old, new, relabel);
+    }
+
+    /// [`InodeTable::rekey`] for a file the kernel does not know: its state follows.
+    pub(crate) fn rekey_state(
+        &self,
+        old: Ident,
+        new: Ident,
+        relabel: Relabel<'_, S>,
+    ) -> Option<Arc<FileState>> {
+        let (_, st) = self.files.remove(&old)?;
+        self.vacate(new, None, relabel);
+        st.set_id(new);
+        self.files.insert(new, st.clone());
+        Some(st)
+    }
+
+    /// Frees identity `new` for an object moving there: a live object that has it (the file
+    /// a rename replaced, which may still be open) gets an identity no path leads to; a file
+    /// state no live inode uses is forgotten.
+    pub(crate) fn vacate(
+        &self,
+        new: Ident,
+        mover: Option<&Arc<Inode<S>>>,
+        relabel: Relabel<'_, S>,
+    ) {
+        match self.by_ident(new) {
+            Some(v) if !mover.is_some_and(|m| Arc::ptr_eq(&v, m)) => {
+                let n = self.orphans.fetch_add(1, Relaxed);
+                let orphan = crate::identity::path_id(new, &orphan_name(n));
+                self.move_ident(&v, new, orphan, relabel);
+            }
+            Some(_) => {}
+            None => {
+                self.files.remove(&new);
+            }
+        }
+    }
+
+    fn move_ident(&self, inode: &Arc<Inode<S>>, old: Ident, new: Ident, relabel: Relabel<'_, S>) {
+        *inode.id.lock() = new;
+        if let Some(n) = inode.node() {
+            inode.set_node(relabel(&n, new));
+        }
+        self.assigned.remove_if(&old, |_, v| *v == inode.ino);
+        if Self::preferred(new) != inode.ino {
+            self.assigned.insert(new, inode.ino);
+        }
+        if let Some(st) = &inode.file {
+            self.files.remove_if(&old, |_, f| Arc::ptr_eq(f, st));
+            st.set_id(new);
+            self.files.insert(new, st.clone());
+        }
     }
 }

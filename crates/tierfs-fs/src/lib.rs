@@ -7,6 +7,7 @@ mod config;
 mod counted;
 mod file_state;
 mod fs;
+mod identity;
 mod inode;
 mod meta;
 mod meta_codec;

@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, FileKind};
 
-/// A backing object's identity: (device, inode).
-pub type Ident = (u64, u64);
+pub use crate::identity::Ident;
 
 pub fn ident(a: &Attr) -> Ident {
     (a.dev, a.ino)
@@ -51,6 +50,9 @@ pub struct MetaCache {
     /// Bound on attribute records plus listing entries (`meta.max_entries`); changes at run
     /// time.
     max_entries: AtomicUsize,
+    /// Path identities: attributes of a file with several names are not trusted (see
+    /// [`MetaCache::distrusts`]).
+    path_identity: bool,
 }
 
 /// What a cached listing says about a name.
@@ -64,8 +66,9 @@ pub enum NameLookup {
 }
 
 impl MetaCache {
-    pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
+    pub fn new(ttl: Duration, max_entries: usize, path_identity: bool) -> MetaCache {
         MetaCache {
+            path_identity,
             attrs: DashMap::new(),
             dirs: DashMap::new(),
             links: DashMap::new(),
@@ -104,7 +107,14 @@ impl MetaCache {
     /// Attributes validated within `meta.ttl`.
     pub fn attr(&self, id: Ident) -> Option<(Attr, Instant)> {
         let a = self.attrs.get(&id)?;
-        self.fresh(a.1).then_some(*a)
+        (self.fresh(a.1) && !self.distrusts(&a.0)).then_some(*a)
+    }
+
+    /// Whether attributes like `a` cannot be trusted once given: with path identities the
+    /// names of a hard-linked file are objects of their own, and a link or unlink through
+    /// one of them changes the others' link count without a trace here.
+    pub fn distrusts(&self, a: &Attr) -> bool {
+        self.path_identity && a.kind != FileKind::Dir && a.nlink > 1
     }
 
     /// Records attributes validated at `at`.

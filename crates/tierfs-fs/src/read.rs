@@ -50,21 +50,18 @@ struct Span {
 }
 
 impl<S: Store> Fs<S> {
-    fn key(&self, of: &OpenFile<S>, gen: u64, idx: u64) -> BlockKey {
-        BlockKey {
-            ino: of.state.backing_ino,
-            gen,
-            idx,
-        }
+    fn key(&self, _of: &OpenFile<S>, gen: u64, idx: u64) -> BlockKey {
+        BlockKey { gen, idx }
     }
 
     /// The block's key in the SSD tier: backing identity, not the process-local `gen`, so it
     /// stays valid across restarts; the version (from the fingerprint) is checked per read.
     fn ssd_key(&self, of: &OpenFile<S>, idx: u64) -> SsdKey {
+        let (dev, ino) = of.state.id();
         SsdKey {
             kind: KIND_DATA,
-            dev: of.state.backing_dev,
-            ino: of.state.backing_ino,
+            dev,
+            ino,
             idx,
         }
     }
@@ -247,7 +244,7 @@ impl<S: Store> Fs<S> {
     ) -> Result<Bytes> {
         let of = of.clone();
         if of.state.expired(self.meta.ttl()) {
-            let attr = self.store.fstat(self.handle(&of)?)?;
+            let attr = self.fstat_as(&of.state, self.handle(&of)?)?;
             self.observe_data(&of.state, &attr);
         }
         for _ in 0..MAX_STALE_RETRIES {
@@ -331,7 +328,7 @@ impl<S: Store> Fs<S> {
     }
 
     fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
-        let attr = self.store.fstat(self.handle(of)?)?;
+        let attr = self.fstat_as(&of.state, self.handle(of)?)?;
         self.observe_data(&of.state, &attr);
         Ok(())
     }
@@ -498,7 +495,7 @@ impl<S: Store> Fs<S> {
         let outcome = match read {
             Err(e) => Err(FetchError::Errno(e)),
             Ok(n) if n < buf.len() => Err(FetchError::Stale),
-            Ok(_) => match self.store.fstat(handle) {
+            Ok(_) => match self.fstat_as(&of.state, handle) {
                 Err(e) => Err(FetchError::Errno(e)),
                 Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
                 // A write that started before our read may still be running: the same

@@ -42,8 +42,9 @@ const REFUSE_WINDOW: Duration = Duration::from_millis(500);
 enum State {
     /// The kernel holds nothing of the file.
     Nothing,
-    /// The kernel may hold data of generation `gen`, a version `size` bytes long.
-    Holds { gen: u64, size: u64 },
+    /// The kernel may hold data of generation `gen`, a version `size` bytes long last
+    /// modified at `mtime_ns`.
+    Holds { gen: u64, size: u64, mtime_ns: i64 },
     /// A read was refused; the kernel is being told to drop its pages.
     Dropping { since: Instant },
     /// The kernel dropped its pages after a refusal at `since`.
@@ -89,6 +90,7 @@ impl Served {
         *st = State::Holds {
             gen: v.gen,
             size: v.fp.size,
+            mtime_ns: v.fp.mtime_ns,
         };
         self.gen.store(v.gen, Release);
     }
@@ -113,6 +115,14 @@ impl Served {
                 Admit::Yes
             }
             State::Refusing { .. } => Admit::Refuse { drop: false },
+            // Only the ctime moved (a chmod, a link or unlink of another name, ours or not):
+            // the same bytes.
+            State::Holds { size, mtime_ns, .. }
+                if size == v.fp.size && mtime_ns == v.fp.mtime_ns =>
+            {
+                self.hold(&mut st, v);
+                Admit::Yes
+            }
             State::Holds { size, .. } if offset >= size => {
                 self.hold(&mut st, v);
                 Admit::YesDropOld
@@ -156,6 +166,9 @@ pub trait KernelCache: Send + Sync + 'static {
     /// wait for the kernel on the caller's thread: the caller may be answering a read of
     /// that very inode, whose pages the kernel keeps locked until the reply.
     fn drop_pages(&self, ino: u64, done: Box<dyn FnOnce() + Send>);
+    /// Has the kernel drop its cached attributes of inode `ino`, before returning (no page
+    /// is touched, so this cannot wait on a read in flight).
+    fn drop_attrs(&self, ino: u64);
 }
 
 #[cfg(test)]
@@ -167,6 +180,7 @@ mod tests {
         Version {
             fp: Fingerprint {
                 size,
+                mtime_ns: gen as i64,
                 ..Default::default()
             },
             gen,
@@ -192,6 +206,17 @@ mod tests {
         assert_eq!(s.admit(&v(2, 100), 0), Admit::Yes);
         assert!(s.is(2));
         assert_eq!(s.admit(&v(2, 100), 50), Admit::Yes);
+    }
+
+    #[test]
+    fn a_ctime_only_change_is_the_same_data() {
+        let s = Served::default();
+        s.admit(&v(1, 100), 0);
+        let mut w = v(2, 100);
+        w.fp.mtime_ns = 1;
+        w.fp.ctime_ns = 99;
+        assert_eq!(s.admit(&w, 50), Admit::Yes);
+        assert!(s.is(2));
     }
 
     #[test]

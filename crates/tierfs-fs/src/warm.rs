@@ -10,7 +10,7 @@
 //! if it still holds after the read, and never for a file changed less than `RACY_WINDOW` ago.
 
 use crate::file_state::{racy, RACY_WINDOW};
-use crate::fs::Fs;
+use crate::fs::{Fs, Node};
 use crate::meta::ident;
 use crate::meta_codec::version_of;
 use crate::stats::FsStats;
@@ -133,7 +133,7 @@ impl WarmCounters {
 impl<S: Store> Fs<S> {
     /// The backing object at `rel`, a path from the mount's root ("" or "." is the root). Its
     /// components must be plain names (no `..`); symlinks are not followed.
-    fn resolve_rel(&self, rel: &Path) -> Result<(S::Node, Attr), Errno> {
+    fn resolve_rel(&self, rel: &Path) -> Result<(Node<S>, Attr), Errno> {
         let (mut node, mut attr) = self.store.root()?;
         for c in rel.components() {
             match c {
@@ -266,11 +266,7 @@ impl<S: Store> Fs<S> {
                     let v = st.version();
                     size = size.max(v.fp.size);
                     for idx in 0..v.fp.size.div_ceil(self.cfg.block_size) {
-                        let k = BlockKey {
-                            ino: st.backing_ino,
-                            gen: v.gen,
-                            idx,
-                        };
+                        let k = BlockKey { gen: v.gen, idx };
                         if self.cache.contains(&k) {
                             self.cache.remove(&k);
                             r.ram_blocks += 1;

@@ -81,7 +81,7 @@ impl<S: Store> Fs<S> {
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
         // would mix versions.
-        let before = self.store.fstat(handle)?;
+        let before = self.fstat_as(&of.state, handle)?;
         self.observe(&of.state, &before);
         let v = of.state.version();
         let at = match self.store.write(handle, offset, data) {
@@ -94,9 +94,9 @@ impl<S: Store> Fs<S> {
         };
         FsStats::add(&self.stats.write_requests, 1);
         FsStats::add(&self.stats.write_bytes, data.len() as u64);
-        let Ok(after) = self.store.fstat(handle) else {
+        let Ok(after) = self.fstat_as(&of.state, handle) else {
             of.state.invalidate(None);
-            self.meta.drop_attr(of.inode.id);
+            self.meta.drop_attr(of.inode.id());
             return Ok(data.len() as u32);
         };
         self.meta.put_attr(&after, std::time::Instant::now());
@@ -105,7 +105,7 @@ impl<S: Store> Fs<S> {
             // Someone else changed the file at the same time: we cannot tell what it holds.
             of.state.invalidate(Some(&after));
         } else {
-            self.patch_blocks(of.state.backing_ino, v.gen, v.fp.size, at, data, after.size);
+            self.patch_blocks(v.gen, v.fp.size, at, data, after.size);
             of.state.set_after_own_write(v.gen, &after);
         }
         Ok(data.len() as u32)
@@ -116,32 +116,30 @@ impl<S: Store> Fs<S> {
     /// whole are inserted, others are left to be fetched.
     pub(crate) fn patch_blocks(
         &self,
-        ino: u64,
         gen: u64,
         old_size: u64,
         at: u64,
         data: &[u8],
         new_size: u64,
     ) {
-        self.patch_blocks_inner((ino, gen), old_size, at, data, new_size, true)
+        self.patch_blocks_inner(gen, old_size, at, data, new_size, true)
     }
 
     /// [`Fs::patch_blocks`] of the cached blocks only: none is created.
     pub(crate) fn patch_cached_blocks(
         &self,
-        ino: u64,
         gen: u64,
         old_size: u64,
         at: u64,
         data: &[u8],
         new_size: u64,
     ) {
-        self.patch_blocks_inner((ino, gen), old_size, at, data, new_size, false)
+        self.patch_blocks_inner(gen, old_size, at, data, new_size, false)
     }
 
     fn patch_blocks_inner(
         &self,
-        (ino, gen): (u64, u64),
+        gen: u64,
         old_size: u64,
         at: u64,
         data: &[u8],
@@ -160,7 +158,7 @@ impl<S: Store> Fs<S> {
             if blen == 0 {
                 continue;
             }
-            let key = BlockKey { ino, gen, idx };
+            let key = BlockKey { gen, idx };
             let old = self.cache.peek(&key);
             let covers = at <= bstart && end >= bstart + blen;
             if old.is_none() && !(covers && allocate) {

@@ -12,6 +12,7 @@ type Job = (u64, Box<dyn FnOnce() + Send>);
 
 pub struct PageDropper {
     tx: Mutex<mpsc::Sender<Job>>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl PageDropper {
@@ -19,18 +20,22 @@ impl PageDropper {
     /// request is answered at once: the kernel holds no pages before the mount is up).
     pub fn start(notifier: Arc<OnceLock<Notifier>>) -> std::io::Result<PageDropper> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let n2 = notifier.clone();
         std::thread::Builder::new()
             .name("tierfs-inval".into())
             .spawn(move || {
                 for (ino, done) in rx {
-                    if let Some(n) = notifier.get() {
+                    if let Some(n) = n2.get() {
                         // ENOENT: the kernel does not know the inode (no pages either).
                         let _ = n.inval_inode(INodeNo(ino), 0, 0);
                     }
                     done();
                 }
             })?;
-        Ok(PageDropper { tx: Mutex::new(tx) })
+        Ok(PageDropper {
+            tx: Mutex::new(tx),
+            notifier,
+        })
     }
 }
 
@@ -39,6 +44,13 @@ impl tierfs_fs::KernelCache for PageDropper {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(mpsc::SendError((_, done))) = tx.send((ino, done)) {
             done();
+        }
+    }
+
+    fn drop_attrs(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            // Offset -1: attributes only.
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
         }
     }
 }

@@ -139,6 +139,9 @@ pub struct SetAttr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: OsString,
+    /// Device and inode number, as far as the listing says (a store's listing names no
+    /// device: 0).
+    pub dev: u64,
     pub ino: u64,
     /// `None` when the store's listing does not say (DT_UNKNOWN).
     pub kind: Option<FileKind>,

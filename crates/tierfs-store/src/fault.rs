@@ -1,7 +1,7 @@
 //! [`FaultStore`]: wraps a store and injects latency, errors (EIO, ENOSPC, ...) and hangs,
 //! switchable at run time, so tests can show how failures of the slow store reach applications.
 
-use crate::{Attr, DirEntry, Errno, Owner, Result, SetAttr, StatFs, Store};
+use crate::{Attr, DirEntry, Errno, Identity, Owner, Result, SetAttr, StatFs, Store};
 use parking_lot::{Condvar, Mutex};
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -29,6 +29,8 @@ pub struct FaultConfig {
     unhung: Condvar,
     /// Number of calls that reached the inner store, per class.
     calls: [AtomicU64; 3],
+    /// Behave like a FUSE or SMB-noserverino store (see [`FaultConfig::set_renumber`]).
+    renumber: std::sync::atomic::AtomicBool,
 }
 
 impl FaultConfig {
@@ -51,6 +53,14 @@ impl FaultConfig {
             self.unhung.notify_all();
         }
     }
+    /// Makes stores created from now on behave like sshfs, rclone mount or SMB with
+    /// `noserverino`: every attribute and listing entry they return carries a fresh inode
+    /// number, each store has a device number of its own (a remount gets another), and they
+    /// say their identity is by path.
+    pub fn set_renumber(&self, on: bool) {
+        self.renumber.store(on, Ordering::Relaxed);
+    }
+
     pub fn calls(&self, class: OpClass) -> u64 {
         self.calls[class as usize].load(Ordering::Relaxed)
     }
@@ -78,11 +88,45 @@ impl FaultConfig {
 pub struct FaultStore<S> {
     inner: S,
     faults: Arc<FaultConfig>,
+    /// Renumbering (see [`FaultConfig::set_renumber`]): this store's device number, and the
+    /// next inode number to hand out.
+    renumber: Option<(u64, AtomicU64)>,
 }
 
 impl<S: Store> FaultStore<S> {
     pub fn new(inner: S, faults: Arc<FaultConfig>) -> Self {
-        FaultStore { inner, faults }
+        let renumber = faults.renumber.load(Ordering::Relaxed).then(|| {
+            static STORES: AtomicU64 = AtomicU64::new(1);
+            let n = STORES.fetch_add(1, Ordering::Relaxed);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            // Anonymous device numbers of FUSE mounts look like 0:4x.
+            (
+                40 + (t ^ n) % 200 + n * 1000,
+                AtomicU64::new(t % 1_000_000 + 2),
+            )
+        });
+        FaultStore {
+            inner,
+            faults,
+            renumber,
+        }
+    }
+
+    fn renum(&self, mut a: Attr) -> Attr {
+        if let Some((dev, next)) = &self.renumber {
+            a.dev = *dev;
+            a.ino = next.fetch_add(1, Ordering::Relaxed);
+        }
+        a
+    }
+
+    fn renum_entry(&self, mut e: DirEntry) -> DirEntry {
+        if let Some((_, next)) = &self.renumber {
+            e.ino = next.fetch_add(1, Ordering::Relaxed);
+        }
+        e
     }
 }
 
@@ -95,22 +139,31 @@ impl<S: Store> Store for FaultStore<S> {
     fn store_id(&self) -> &str {
         self.inner.store_id()
     }
+    fn identity(&self) -> Identity {
+        if self.renumber.is_some() {
+            Identity::Path
+        } else {
+            self.inner.identity()
+        }
+    }
     fn root(&self) -> Result<(S::Node, Attr)> {
         self.faults.enter(Meta)?;
-        self.inner.root()
+        self.inner.root().map(|(n, a)| (n, self.renum(a)))
     }
     fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
         self.faults.enter(Meta)?;
-        self.inner.lookup(parent, name)
+        self.inner
+            .lookup(parent, name)
+            .map(|(n, a)| (n, self.renum(a)))
     }
     fn getattr(&self, node: &S::Node) -> Result<Attr> {
         self.faults.enter(Meta)?;
-        self.inner.getattr(node)
+        self.inner.getattr(node).map(|a| self.renum(a))
     }
     fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
         self.faults
             .enter(if set.size.is_some() { Write } else { Meta })?;
-        self.inner.setattr(node, handle, set)
+        self.inner.setattr(node, handle, set).map(|a| self.renum(a))
     }
     fn readlink(&self, node: &S::Node) -> Result<OsString> {
         self.faults.enter(Meta)?;
@@ -125,7 +178,9 @@ impl<S: Store> Store for FaultStore<S> {
         owner: Owner,
     ) -> Result<(S::Node, Attr)> {
         self.faults.enter(Write)?;
-        self.inner.mknod(parent, name, mode, rdev, owner)
+        self.inner
+            .mknod(parent, name, mode, rdev, owner)
+            .map(|(n, a)| (n, self.renum(a)))
     }
     fn mkdir(
         &self,
@@ -135,7 +190,9 @@ impl<S: Store> Store for FaultStore<S> {
         owner: Owner,
     ) -> Result<(S::Node, Attr)> {
         self.faults.enter(Write)?;
-        self.inner.mkdir(parent, name, mode, owner)
+        self.inner
+            .mkdir(parent, name, mode, owner)
+            .map(|(n, a)| (n, self.renum(a)))
     }
     fn symlink(
         &self,
@@ -145,11 +202,15 @@ impl<S: Store> Store for FaultStore<S> {
         owner: Owner,
     ) -> Result<(S::Node, Attr)> {
         self.faults.enter(Write)?;
-        self.inner.symlink(parent, name, target, owner)
+        self.inner
+            .symlink(parent, name, target, owner)
+            .map(|(n, a)| (n, self.renum(a)))
     }
     fn link(&self, node: &S::Node, newparent: &S::Node, newname: &OsStr) -> Result<Attr> {
         self.faults.enter(Write)?;
-        self.inner.link(node, newparent, newname)
+        self.inner
+            .link(node, newparent, newname)
+            .map(|a| self.renum(a))
     }
     fn unlink(&self, parent: &S::Node, name: &OsStr) -> Result<()> {
         self.faults.enter(Meta)?;
@@ -183,7 +244,9 @@ impl<S: Store> Store for FaultStore<S> {
         owner: Owner,
     ) -> Result<(S::Node, Attr, S::Handle)> {
         self.faults.enter(Write)?;
-        self.inner.create(parent, name, mode, flags, owner)
+        self.inner
+            .create(parent, name, mode, flags, owner)
+            .map(|(n, a, h)| (n, self.renum(a), h))
     }
     fn read(&self, handle: &S::Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.faults.enter(Read)?;
@@ -199,7 +262,7 @@ impl<S: Store> Store for FaultStore<S> {
     }
     fn fstat(&self, handle: &S::Handle) -> Result<Attr> {
         self.faults.enter(Meta)?;
-        self.inner.fstat(handle)
+        self.inner.fstat(handle).map(|a| self.renum(a))
     }
     fn fsync(&self, handle: &S::Handle, datasync: bool) -> Result<()> {
         self.faults.enter(Write)?;
@@ -219,11 +282,17 @@ impl<S: Store> Store for FaultStore<S> {
     }
     fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
         self.faults.enter(Meta)?;
-        self.inner.readdir(node)
+        self.inner
+            .readdir(node)
+            .map(|v| v.into_iter().map(|e| self.renum_entry(e)).collect())
     }
     fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         self.faults.enter(Meta)?;
-        self.inner.readdir_plus(node)
+        self.inner.readdir_plus(node).map(|v| {
+            v.into_iter()
+                .map(|(e, a)| (self.renum_entry(e), a.map(|a| self.renum(a))))
+                .collect()
+        })
     }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
         self.faults.enter(Meta)?;

@@ -8,11 +8,13 @@
 mod attr;
 mod errno;
 mod fault;
+mod identity;
 mod posix;
 
 pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
 pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
+pub use identity::{Identity, IdentityChoice};
 pub use posix::{PosixHandle, PosixNode, PosixStore};
 
 use std::ffi::{OsStr, OsString};
@@ -30,6 +32,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// A stable, human-readable identity of this store (used to name and stamp caches).
     fn store_id(&self) -> &str;
+    /// How this store's objects keep their identity: by inode number (`Attr::ino`, which
+    /// then lasts as long as the object) or by path. `Attr::dev` is never part of it: it
+    /// changes at every mount of a network or FUSE filesystem.
+    fn identity(&self) -> Identity {
+        Identity::Path
+    }
     /// The root directory of the store.
     fn root(&self) -> Result<(Self::Node, Attr)>;
     fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)>;

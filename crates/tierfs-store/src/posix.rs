@@ -6,7 +6,11 @@
 //! never followed. Operations that Linux does not offer on `O_PATH` descriptors use the
 //! descriptor's own `/proc/self/fd/N` entry, which names exactly that inode.
 
-use crate::{Attr, DirEntry, Errno, Owner, Result, SetAttr, StatFs, Store, TimeUpdate};
+use crate::identity::{decide, mount_of};
+use crate::{
+    Attr, DirEntry, Errno, Identity, IdentityChoice, Owner, Result, SetAttr, StatFs, Store,
+    TimeUpdate,
+};
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -72,6 +76,9 @@ pub struct PosixHandle {
 pub struct PosixStore {
     id: String,
     root: PosixNode,
+    identity: Identity,
+    /// Why `identity` is what it is, for the log.
+    identity_why: String,
 }
 
 /// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
@@ -245,6 +252,7 @@ impl PosixStore {
             out.push((
                 DirEntry {
                     name: OsString::from_vec(name.to_vec()),
+                    dev: 0,
                     ino: ent.d_ino,
                     kind,
                 },
@@ -257,6 +265,12 @@ impl PosixStore {
 
     /// Opens BACKING. Fails (with a message fit for the user) if it is missing or not a directory.
     pub fn open(backing: &Path) -> std::io::Result<PosixStore> {
+        Self::open_with(backing, IdentityChoice::Auto)
+    }
+
+    /// [`PosixStore::open`] with `store.identity`: `Auto` decides from the filesystem type of
+    /// BACKING's mount (`identity::decide`).
+    pub fn open_with(backing: &Path, choice: IdentityChoice) -> std::io::Result<PosixStore> {
         let canon = backing.canonicalize().map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -279,10 +293,23 @@ impl PosixStore {
             ));
         }
         let root = PosixNode::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let (fstype, opts) = mount_of(root.fd()).unwrap_or_else(|| ("unknown".into(), "".into()));
+        let (identity, identity_why) = match choice {
+            IdentityChoice::Auto => decide(&fstype, &opts),
+            IdentityChoice::Inode => (Identity::Inode, "store.identity=inode".into()),
+            IdentityChoice::Path => (Identity::Path, "store.identity=path".into()),
+        };
         Ok(PosixStore {
             id: store_id_for(&canon),
             root,
+            identity,
+            identity_why,
         })
+    }
+
+    /// Why the store's identity is what it is (filesystem type, or the option), for the log.
+    pub fn identity_reason(&self) -> &str {
+        &self.identity_why
     }
 }
 
@@ -332,6 +359,10 @@ impl Store for PosixStore {
 
     fn store_id(&self) -> &str {
         &self.id
+    }
+
+    fn identity(&self) -> Identity {
+        self.identity
     }
 
     fn root(&self) -> Result<(PosixNode, Attr)> {

@@ -483,11 +483,7 @@ mod tests {
     fn filled(bytes: u64) -> Arc<RamCache> {
         let ram = Arc::new(RamCache::new(bytes));
         for idx in 0..bytes / M {
-            let key = BlockKey {
-                ino: 1,
-                gen: 1,
-                idx,
-            };
+            let key = BlockKey { gen: 1, idx };
             ram.insert(key, Bytes::from(vec![1u8; M as usize]));
         }
         ram

@@ -72,7 +72,7 @@ impl fmt::Display for SsdError {
                 expected,
             } => write!(
                 f,
-                "cache directory {} has on-disk format {found} (this tierfs reads {expected}); {RESET}",
+                "cache directory {} has on-disk format {found} (this tierfs reads {expected}); the next mount rebuilds it empty",
                 dir.display()
             ),
             SsdError::Damaged { dir, what } => write!(

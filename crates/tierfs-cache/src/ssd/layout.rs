@@ -11,7 +11,9 @@ use super::aligned::PAGE;
 use super::SsdKey;
 
 /// On-disk format version, in the superblock, every cluster header and the checkpoint.
-pub(crate) const FORMAT: u32 = 1;
+/// 2: keys name objects by their identity (`(0, inode)` or a path hash), no longer by the
+/// backing device and inode numbers. A directory of another format is rebuilt at open.
+pub(crate) const FORMAT: u32 = 2;
 pub(crate) const CLUSTER_MAGIC: u32 = u32::from_le_bytes(*b"TSCL");
 pub(crate) const HDR: usize = 64;
 /// Fixed part of a record; the page CRCs follow it.

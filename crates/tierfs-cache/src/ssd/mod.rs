@@ -128,6 +128,9 @@ pub struct SsdCache {
     sh: Arc<Shared>,
     tx: Sender<Msg>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The on-disk format of the directory found at open, when it was another one and the
+    /// directory was rebuilt.
+    rebuilt_from: Option<u32>,
     /// flock on `<dir>/lock`, held for the life of the cache.
     _lock: File,
 }
@@ -165,7 +168,18 @@ impl SsdCache {
         if reset {
             wipe(dir)?;
         }
-        let sb = match superblock::load(dir, ident)? {
+        // Another on-disk format (an older tierfs wrote it): a cache, so rebuilt, never
+        // misread and never refused (the mount says so in its log: `rebuilt_from_format`).
+        let mut rebuilt_from = None;
+        let loaded = match superblock::load(dir, ident) {
+            Err(SsdError::WrongFormat { found, .. }) => {
+                wipe(dir)?;
+                rebuilt_from = Some(found);
+                None
+            }
+            r => r?,
+        };
+        let sb = match loaded {
             Some(sb) => {
                 if sb.segment_size != cfg.segment_size {
                     // Segments are self-delimiting; the recorded size is the one in force.
@@ -228,8 +242,14 @@ impl SsdCache {
             sh,
             tx,
             writer: Mutex::new(Some(handle)),
+            rebuilt_from,
             _lock: lock,
         }))
+    }
+
+    /// The format of the directory found at open, if it was another one (then rebuilt empty).
+    pub fn rebuilt_from_format(&self) -> Option<u32> {
+        self.rebuilt_from
     }
 
     /// The whole entry if it is stored with this version; every page CRC verified.

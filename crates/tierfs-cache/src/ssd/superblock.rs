@@ -66,6 +66,10 @@ pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, SsdIdentity)>, SsdE
     if b.len() != LEN || &b[..8] != MAGIC {
         return Err(damaged("superblock is not a tierfs superblock".into()));
     }
+    // The checksum first: a damaged superblock is not taken for another format's.
+    if get_u32(&b, CRC_AT) != Some(crc32c::crc32c(&b[..CRC_AT])) {
+        return Err(damaged("superblock checksum mismatch".into()));
+    }
     let format = get_u32(&b, 8).unwrap_or(0);
     if format != FORMAT {
         return Err(SsdError::WrongFormat {
@@ -73,9 +77,6 @@ pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, SsdIdentity)>, SsdE
             found: format,
             expected: FORMAT,
         });
-    }
-    if get_u32(&b, CRC_AT) != Some(crc32c::crc32c(&b[..CRC_AT])) {
-        return Err(damaged("superblock checksum mismatch".into()));
     }
     let id_len = u16::from_le_bytes([b[48], b[49]]) as usize;
     let Some(id) = b.get(ID_AT..ID_AT + id_len).filter(|_| id_len <= MAX_ID) else {

@@ -299,13 +299,41 @@ pub fn drop_caches() {
     }
 }
 
+/// How a [`FaultMount`] is set up.
+#[derive(Clone)]
+pub struct FaultOpts {
+    pub cfg: tierfs_fs::FsConfig,
+    /// Write-back, journal under `<dir>/journal`.
+    pub wb: Option<tierfs_fs::WbConfig>,
+    /// An SSD tier under `<dir>/cache/ssd` (kept across [`FaultMount::remount`]).
+    pub ssd: Option<tierfs_fs::SsdConfig>,
+    /// The store renumbers inodes and changes its device number at every mount, as sshfs
+    /// does (`FaultConfig::set_renumber`).
+    pub renumber: bool,
+    /// The kernel's attribute and entry TTLs.
+    pub kernel_ttl: Duration,
+}
+
+impl FaultOpts {
+    pub fn new(cfg: tierfs_fs::FsConfig) -> FaultOpts {
+        FaultOpts {
+            cfg,
+            wb: None,
+            ssd: None,
+            renumber: false,
+            kernel_ttl: Duration::ZERO,
+        }
+    }
+}
+
 /// A mount served in this process over a fault-injecting store, for failure tests.
 pub struct FaultMount {
-    pub dir: tempfile::TempDir,
+    pub dir: Arc<tempfile::TempDir>,
     pub backing: PathBuf,
     pub mnt: PathBuf,
     pub faults: Arc<FaultConfig>,
     pub fs: Arc<tierfs_fs::Fs<FaultStore<PosixStore>>>,
+    opts: FaultOpts,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -320,22 +348,45 @@ impl FaultMount {
         wb: Option<tierfs_fs::WbConfig>,
         prepare: impl FnOnce(&Path),
     ) -> FaultMount {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::with(
+            FaultOpts {
+                wb,
+                ..FaultOpts::new(cfg)
+            },
+            prepare,
+        )
+    }
+
+    pub fn with(opts: FaultOpts, prepare: impl FnOnce(&Path)) -> FaultMount {
+        let dir = Arc::new(tempfile::tempdir().expect("tempdir"));
+        std::fs::create_dir(dir.path().join("backing")).unwrap();
+        std::fs::create_dir(dir.path().join("mnt")).unwrap();
+        prepare(&dir.path().join("backing"));
+        let faults = FaultConfig::new();
+        faults.set_renumber(opts.renumber);
+        Self::start(dir, faults, opts)
+    }
+
+    fn start(dir: Arc<tempfile::TempDir>, faults: Arc<FaultConfig>, opts: FaultOpts) -> FaultMount {
         let backing = dir.path().join("backing");
         let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&backing).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        prepare(&backing);
-        let faults = FaultConfig::new();
         let store = FaultStore::new(PosixStore::open(&backing).unwrap(), faults.clone());
-        let fs = tierfs_fs::Fs::new(store, cfg).expect("fs");
-        if let Some(wb) = wb {
-            fs.start_writeback(wb, &dir.path().join("journal"), false)
+        let ssd = opts.ssd.clone().map(|c| {
+            let ident = tierfs_fs::SsdIdentity {
+                store_id: tierfs_store::Store::store_id(&store).to_string(),
+                block_size: opts.cfg.block_size as u32,
+            };
+            tierfs_fs::SsdCache::open(&dir.path().join("cache/ssd"), &ident, c, false)
+                .expect("SSD tier")
+        });
+        let fs = tierfs_fs::Fs::with_ssd(store, opts.cfg.clone(), ssd).expect("fs");
+        if let Some(wb) = &opts.wb {
+            fs.start_writeback(wb.clone(), &dir.path().join("journal"), false)
                 .expect("write-back");
         }
         let fuse_cfg = tierfs_fuse::FuseConfig {
-            attr_ttl: Duration::ZERO,
-            entry_ttl: Duration::ZERO,
+            attr_ttl: opts.kernel_ttl,
+            entry_ttl: opts.kernel_ttl,
             ..Default::default()
         };
         let mounted = tierfs_fuse::mount(fs.clone(), &mnt, &fuse_cfg).expect("mount");
@@ -348,22 +399,45 @@ impl FaultMount {
             mnt,
             faults,
             fs,
+            opts,
             thread: Some(thread),
+        }
+    }
+
+    /// Unmounts (the SSD tier flushed and checkpointed) and mounts again over a new store on
+    /// the same directories: a new device number and new inode numbers when renumbering.
+    pub fn remount(mut self) -> FaultMount {
+        let (dir, faults, opts) = (self.dir.clone(), self.faults.clone(), self.opts.clone());
+        self.stop();
+        drop(self);
+        Self::start(dir, faults, opts)
+    }
+
+    /// `tierfs stats --json` of the in-process daemon.
+    pub fn stats(&self) -> serde_json::Value {
+        serde_json::to_value(self.fs.stats()).expect("stats JSON")
+    }
+
+    fn stop(&mut self) {
+        self.faults.set_hung(false);
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
+        let _ = t.join();
+        self.fs.shutdown_writeback();
+        if let Some(ssd) = self.fs.ssd() {
+            ssd.shutdown();
         }
     }
 }
 
 impl Drop for FaultMount {
     fn drop(&mut self) {
-        self.faults.set_hung(false);
-        let _ = Command::new("fusermount3")
-            .arg("-uz")
-            .arg(&self.mnt)
-            .status();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.fs.shutdown_writeback();
+        self.stop();
     }
 }
 

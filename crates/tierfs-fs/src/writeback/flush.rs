@@ -184,7 +184,7 @@ impl<S: Store> Fs<S> {
                 // kernel's page cache anyway).
                 let _w = st.rw.write();
                 let v = st.version();
-                let after = self.store.fstat(&h).ok();
+                let after = self.fstat_as(&st, &h).ok();
                 let end = run.offset + len;
                 match &after {
                     Some(a) if a.size == v.fp.size.max(end) => {
@@ -192,9 +192,9 @@ impl<S: Store> Fs<S> {
                         for p in &run.pieces {
                             let grown = size.max(at + p.len() as u64);
                             if len <= ALLOCATE_MAX {
-                                self.patch_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                                self.patch_blocks(v.gen, size, at, p, grown);
                             } else {
-                                self.patch_cached_blocks(st.backing_ino, v.gen, size, at, p, grown);
+                                self.patch_cached_blocks(v.gen, size, at, p, grown);
                             }
                             at += p.len() as u64;
                             size = grown;
@@ -266,7 +266,7 @@ impl<S: Store> Fs<S> {
         let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
         if let Some(upto) = upto {
             wb.journal
-                .done(st.backing_dev, st.backing_ino, upto)
+                .done(st.journal_key.0, st.journal_key.1, upto)
                 .map_err(|e| {
                     tracing::error!("write-back journal: {e}");
                     Errno::EIO

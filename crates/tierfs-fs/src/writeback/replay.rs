@@ -2,7 +2,7 @@
 //! the backing store is written there (and synced) before the mount serves anything.
 
 use super::{stats::WbCounters, WbConfig, Writeback};
-use crate::fs::Fs;
+use crate::fs::{Fs, Node};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -111,8 +111,12 @@ impl<S: Store> Fs<S> {
         for ((dev, ino), writes) in by_file {
             let path = &writes[writes.len() - 1].file.path;
             let shown = String::from_utf8_lossy(path).into_owned();
+            // With inode identities the path must still hold that inode (journals of tierfs
+            // before identities had the device number in `dev`: not compared). With path
+            // identities the path is the file.
+            let by_inode = self.store.identity_kind() == tierfs_store::Identity::Inode;
             let target = self.open_by_path(path).and_then(|(node, attr)| {
-                if attr.ino != ino {
+                if by_inode && attr.ino != ino {
                     return Err(Errno::ESTALE);
                 }
                 self.store.open(&node, libc::O_WRONLY)
@@ -177,7 +181,7 @@ impl<S: Store> Fs<S> {
 
     /// Resolves a backing path from the root, one component at a time (never following
     /// symlinks: the store's lookup does not).
-    fn open_by_path(&self, path: &[u8]) -> tierfs_store::Result<(S::Node, tierfs_store::Attr)> {
+    fn open_by_path(&self, path: &[u8]) -> tierfs_store::Result<(Node<S>, tierfs_store::Attr)> {
         let (mut node, mut attr) = self.store.root()?;
         for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
             let (n, a) = self.store.lookup(&node, OsStr::from_bytes(comp))?;

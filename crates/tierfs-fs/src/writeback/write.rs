@@ -141,8 +141,8 @@ impl<S: Store> Fs<S> {
             let created = g.is_none();
             let d = g.get_or_insert_with(|| Dirty::new(st.version().fp.size, path.clone()));
             let file = FileRef {
-                dev: st.backing_dev,
-                ino: st.backing_ino,
+                dev: st.journal_key.0,
+                ino: st.journal_key.1,
                 path: d.path.clone(),
             };
             let seq = match wb.journal.append_data_shared(&file, offset, &data) {
@@ -186,7 +186,7 @@ impl<S: Store> Fs<S> {
             }
             st.has_dirty.store(true, Release);
             if was_clean {
-                let key = (st.backing_dev, st.backing_ino);
+                let key = st.journal_key;
                 if wb.files.lock().insert(key, of.inode.clone()).is_none() {
                     wb.c.dirty_files.fetch_add(1, Relaxed);
                 }
@@ -267,12 +267,7 @@ impl<S: Store> Fs<S> {
             *g = None;
             st.has_dirty.store(false, Release);
             st.flush_gen.fetch_add(1, AcqRel);
-            if wb
-                .files
-                .lock()
-                .remove(&(st.backing_dev, st.backing_ino))
-                .is_some()
-            {
+            if wb.files.lock().remove(&st.journal_key).is_some() {
                 wb.c.dirty_files.fetch_sub(1, Relaxed);
             }
         }

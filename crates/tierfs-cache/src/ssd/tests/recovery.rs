@@ -147,12 +147,13 @@ fn damaged_or_foreign_superblock_is_refused() {
     assert!(matches!(e, SsdError::Damaged { .. }), "{e}");
     assert!(e.to_string().contains("--reset-cache"));
     flip(&sb, 30);
-    // Another format version (a later tierfs wrote it).
+    // A damaged format field is damage, not another format.
     flip(&sb, 8);
     let e = SsdCache::open(d.path(), &ident(), cfg(), false)
         .err()
         .unwrap();
-    assert!(matches!(e, SsdError::WrongFormat { .. }), "{e}");
+    assert!(matches!(e, SsdError::Damaged { .. }), "{e}");
+    flip(&sb, 8);
     // Segment files without a superblock: not ours to guess about.
     fs::remove_file(&sb).unwrap();
     fs::write(d.path().join(segment::file_name(1)), b"x").unwrap();
@@ -227,4 +228,30 @@ fn flipped_summary_drops_that_tail() {
     );
     fill(&c, 20..25, 10000);
     check_all(&c, 20..25, 10000);
+}
+
+/// A directory written in an older on-disk format (format 1 keyed entries by the backing
+/// device and inode numbers) is rebuilt empty at open, and says so; never refused, never read.
+#[test]
+fn older_format_is_rebuilt() {
+    let d = tmpdir();
+    {
+        let c = open(d.path(), cfg());
+        fill(&c, 0..5, 100);
+    }
+    let sb = d.path().join(superblock::FILE);
+    let mut b = fs::read(&sb).unwrap();
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&sb, &b).unwrap();
+    let c = SsdCache::open(d.path(), &ident(), cfg(), false).expect("rebuilt, not refused");
+    assert_eq!(c.rebuilt_from_format(), Some(1));
+    assert_eq!(c.stats().entries, 0);
+    for i in 0..5 {
+        assert!(c.get(&key(i), 1).is_none());
+    }
+    drop(c);
+    let c = open(d.path(), cfg());
+    assert_eq!(c.rebuilt_from_format(), None);
 }
