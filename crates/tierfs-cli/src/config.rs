@@ -12,6 +12,8 @@ use tierfs_fuse::FuseConfig;
 pub struct Config {
     /// `store.identity`: how the store's objects are identified (docs/architecture.md).
     pub store_identity: tierfs_store::IdentityChoice,
+    /// `store.stat_concurrency`: entries of a listing stat'ed at once on a slow store.
+    pub store_stat_concurrency: usize,
     pub fs: FsConfig,
     pub fuse: FuseConfig,
     pub ssd: SsdConfig,
@@ -111,6 +113,7 @@ impl Default for Config {
         };
         Config {
             store_identity: Default::default(),
+            store_stat_concurrency: tierfs_store::STAT_CONCURRENCY,
             fs,
             fuse,
             ssd: SsdConfig::default(),
@@ -266,6 +269,7 @@ impl Config {
         "readahead.max",
         "readahead.chunk",
         "readahead.threads",
+        "readahead.depth",
         "fuse.threads",
         "fuse.io_threads",
         "fuse.read_ahead_kb",
@@ -298,6 +302,7 @@ impl Config {
         "writeback.group",
         "writeback.reserve_chunk",
         "store.identity",
+        "store.stat_concurrency",
     ];
 
     /// The value of one tunable, in the form [`Config::set`] takes; None for an unknown key.
@@ -319,6 +324,7 @@ impl Config {
             "readahead.max" => format_size(fs.readahead_max),
             "readahead.chunk" => format_size(fs.fetch_chunk),
             "readahead.threads" => fs.readahead_threads.to_string(),
+            "readahead.depth" => fs.readahead_depth.to_string(),
             "fuse.threads" => fuse.threads.to_string(),
             "fuse.io_threads" => fuse.io_threads.to_string(),
             "fuse.read_ahead_kb" => fuse.read_ahead_kb.to_string(),
@@ -365,6 +371,7 @@ impl Config {
             "writeback.group" => format_size(wb.group),
             "writeback.reserve_chunk" => format_size(wb.reserve_chunk),
             "store.identity" => self.store_identity.to_string(),
+            "store.stat_concurrency" => self.store_stat_concurrency.to_string(),
             _ => return None,
         })
     }
@@ -399,6 +406,9 @@ impl Config {
                     }
                 }
                 "ssd.enable" => self.ssd_enable = parse_bool(value)?,
+                "store.stat_concurrency" => {
+                    self.store_stat_concurrency = parse_count(value, 1, 256)?
+                }
                 "store.identity" => {
                     self.store_identity = value.parse().map_err(|e: String| anyhow::anyhow!(e))?
                 }
@@ -495,6 +505,7 @@ impl Config {
                     }
                 }
                 "readahead.threads" => self.fs.readahead_threads = parse_count(value, 1, 256)?,
+                "readahead.depth" => self.fs.readahead_depth = parse_count(value, 1, 64)? as u32,
                 "fuse.threads" => self.fuse.threads = parse_count(value, 1, 64)?,
                 "fuse.io_threads" => self.fuse.io_threads = parse_count(value, 1, 1024)?,
                 "fuse.attr_ttl" => {

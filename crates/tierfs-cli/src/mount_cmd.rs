@@ -80,6 +80,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     tierfs_fs::one_malloc_arena();
     // Everything that can be checked is checked before detaching.
     let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
+    store.set_stat_concurrency(args.config.store_stat_concurrency);
     let mountpoint = args
         .mountpoint
         .canonicalize()

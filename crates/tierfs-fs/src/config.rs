@@ -21,6 +21,9 @@ pub struct FsConfig {
     pub fetch_chunk: u64,
     /// Threads that run read-ahead fetches (`readahead.threads`).
     pub readahead_threads: usize,
+    /// Most backing reads one sequential stream keeps in flight (`readahead.depth`; the
+    /// stream measures how many pay, see `stream_depth.rs`).
+    pub readahead_depth: u32,
     /// FUSE no-open (`fuse.no_open`): None follows `meta.cto` (on when it is off).
     pub fuse_no_open: Option<bool>,
 }
@@ -35,7 +38,8 @@ impl Default for FsConfig {
             meta_max_entries: 1 << 20,
             readahead_max: 16 << 20,
             fetch_chunk: 4 << 20,
-            readahead_threads: 4,
+            readahead_threads: 8,
+            readahead_depth: 4,
             fuse_no_open: None,
         }
     }

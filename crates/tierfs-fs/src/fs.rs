@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tierfs_cache::{
-    BlockKey, PressureConfig, PressureMonitor, RamCache, SingleFlight, SsdCache, SsdKey, KIND_DIR,
-    KIND_LINK,
+    BlockKey, Claim, PressureConfig, PressureMonitor, RamCache, SingleFlight, SsdCache, SsdKey,
+    KIND_DIR, KIND_LINK,
 };
 use tierfs_store::{Attr, Errno, FileKind, Owner, Result, SetAttr, StatFs, Store};
 
@@ -25,6 +25,8 @@ pub(crate) type St<S> = crate::identity::IdStore<CountedStore<S>>;
 /// A backing node and an open backing file as the core holds them (with their identity).
 pub(crate) type Node<S> = <St<S> as Store>::Node;
 pub(crate) type Handle<S> = <St<S> as Store>::Handle;
+/// A directory's entries with their attributes, as one listing gave them.
+pub(crate) type Listed = Arc<Vec<(OsString, Attr)>>;
 
 /// A name the kernel now knows: inode number and attributes (with `attr.ino` = that number).
 #[derive(Clone, Copy, Debug)]
@@ -112,6 +114,8 @@ pub struct Fs<S: Store> {
     /// The memory-pressure monitor (see [`Fs::start_pressure`]).
     pressure: OnceLock<PressureMonitor>,
     pub(crate) flights: SingleFlight<BlockKey, FetchResult>,
+    /// Listings in progress, one per directory (see [`Fs::list_dir`]).
+    listings: SingleFlight<Ident, Result<Listed>>,
     pub(crate) files: DashMap<u64, Arc<OpenFile<S>>>,
     /// Files the kernel reads and writes without having opened them (FUSE no-open, see
     /// [`Fs::file_for`]): one reader and one writer per inode, keyed (inode, is writer).
@@ -131,6 +135,8 @@ pub struct Fs<S: Store> {
     pub(crate) ra_pool: Pool,
     /// `readahead.max`, which may change at run time (`tierfs ctl set`).
     pub(crate) readahead_max: AtomicU64,
+    /// The depth sequential streams of this store settled on last (see `stream_depth`).
+    pub(crate) seq_depth: std::sync::atomic::AtomicU32,
     as_root: bool,
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
     /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
@@ -165,6 +171,7 @@ impl<S: Store> Fs<S> {
             cache: Arc::new(RamCache::new(cfg.ram_max)),
             pressure: OnceLock::new(),
             flights: SingleFlight::new(Err(crate::read::FetchError::Errno(Errno::EIO))),
+            listings: SingleFlight::new(Err(Errno::EIO)),
             files: DashMap::new(),
             implicit: DashMap::new(),
             implicit_order: Mutex::new(Default::default()),
@@ -181,6 +188,7 @@ impl<S: Store> Fs<S> {
             ssd,
             ra_pool: Pool::new("tierfs-ra", cfg.readahead_threads),
             readahead_max: AtomicU64::new(cfg.readahead_max),
+            seq_depth: std::sync::atomic::AtomicU32::new(1),
             as_root: unsafe { libc::geteuid() } == 0,
             estale: DashMap::new(),
             kernel: OnceLock::new(),
@@ -464,7 +472,21 @@ impl<S: Store> Fs<S> {
     }
 
     /// Lists a directory with attributes from the backing store and records the result.
-    pub(crate) fn list_dir(&self, d: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, Attr)>> {
+    /// One listing of a directory at a time: a lookup or opendir that needs it while it is
+    /// being listed waits for that listing instead of starting another (on a slow store a
+    /// listing takes seconds, and a `du` or `ls -l` asks for every name in it meanwhile).
+    pub(crate) fn list_dir(&self, d: &Arc<Inode<St<S>>>) -> Result<Listed> {
+        match self.listings.claim(d.id()) {
+            Claim::Leader(g) => {
+                let r = self.list_dir_now(d);
+                g.complete(r.clone());
+                r
+            }
+            Claim::Follower(w) => w.wait(),
+        }
+    }
+
+    fn list_dir_now(&self, d: &Arc<Inode<St<S>>>) -> Result<Listed> {
         let node = self.node(d)?;
         // The directory's attributes name the listing's version in the SSD tier: they must
         // be taken *before* the listing, so a change in between gives a version that no
@@ -474,8 +496,12 @@ impl<S: Store> Fs<S> {
             None if self.ssd_meta() => self.store.getattr(&node).ok(),
             None => None,
         };
-        let at = Instant::now();
         let listing = self.store.readdir_plus(&node)?;
+        // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
+        // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
+        // otherwise be stale on arrival, and every lookup in the directory would list it
+        // again.
+        let at = Instant::now();
         let mut out = Vec::with_capacity(listing.len());
         let mut complete = true;
         for (e, attr) in listing {
@@ -498,7 +524,7 @@ impl<S: Store> Fs<S> {
                 self.meta.put_attr(a, at);
             }
         }
-        Ok(out)
+        Ok(Arc::new(out))
     }
 
     fn ssd_meta(&self) -> bool {
@@ -1287,8 +1313,8 @@ impl<S: Store> Fs<S> {
             Some(l) => l,
             None if self.meta.enabled() => self
                 .list_dir(&i)?
-                .into_iter()
-                .map(|(name, a)| (name, a.kind, self.inodes.kernel_ino(&a)))
+                .iter()
+                .map(|(name, a)| (name.clone(), a.kind, self.inodes.kernel_ino(a)))
                 .collect(),
             None => self
                 .store

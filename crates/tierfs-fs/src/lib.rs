@@ -15,6 +15,7 @@ mod pool;
 mod read;
 mod served;
 mod stats;
+mod stream_depth;
 mod tune;
 mod warm;
 mod write;

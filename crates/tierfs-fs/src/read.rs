@@ -7,6 +7,7 @@ use crate::fs::{Fs, OpenFile};
 use crate::meta_codec::version_of;
 use crate::served::Admit;
 use crate::stats::{FsStats, Gauge};
+use crate::stream_depth::{DepthProbe, WINDOW_CHUNKS};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -35,8 +36,10 @@ pub(crate) struct ReadAhead {
     fetched_to: u64,
     /// Version the cursor belongs to.
     gen: u64,
-    /// A worker is fetching for this file.
-    running: bool,
+    /// Read-ahead workers fetching for this file.
+    workers: u32,
+    /// How many may (see `stream_depth`); made when the stream turns out sequential.
+    probe: Option<DepthProbe>,
 }
 
 const MAX_STALE_RETRIES: usize = 3;
@@ -477,8 +480,12 @@ impl<S: Store> Fs<S> {
         // While the file is read sequentially, its backing reads go one at a time: two reads
         // of one stream in flight interleave at the store and cost a seek each on one disk
         // head. Random readers (no read-ahead window) keep their parallelism.
-        let sequential = readahead || of.ra.lock().window > 0;
-        let serial = sequential.then(|| of.seq_fetch.lock());
+        // At a depth above 1 (a latency-bound store, see `stream_depth`) they go in parallel.
+        let serial = {
+            let ra = of.ra.lock();
+            (readahead || ra.window > 0) && ra.depth() <= 1
+        };
+        let serial = serial.then(|| of.seq_fetch.lock());
         let handle = match self.handle(of) {
             Ok(h) => h,
             Err(e) => {
@@ -552,7 +559,8 @@ impl<S: Store> Fs<S> {
             return;
         }
         let nblocks = v.fp.size.div_ceil(self.cfg.block_size);
-        {
+        let chunk = (self.cfg.fetch_chunk / self.cfg.block_size).max(1);
+        let spawn = {
             let mut ra = of.ra.lock();
             // The kernel keeps several requests of one stream in flight and they may reach us
             // out of order: anything near the stream's head counts as sequential.
@@ -560,8 +568,12 @@ impl<S: Store> Fs<S> {
             let sequential = (span.first == 0 && span.offset == 0)
                 || (ra.next > 0 && span.first + slack >= ra.next && span.first <= ra.next + slack);
             if !sequential {
+                // Workers still running finish their chunk and count themselves out.
+                let (workers, probe) = (ra.workers, ra.probe.take());
                 *ra = ReadAhead {
                     next: span.last + 1,
+                    workers,
+                    probe,
                     ..ReadAhead::default()
                 };
                 return;
@@ -572,46 +584,89 @@ impl<S: Store> Fs<S> {
                 ra.fetched_to = 0;
                 ra.scheduled_to = 0;
             }
-            ra.window = (ra.window * 2).clamp(4, max_blocks);
-            let target = (ra.next + ra.window).min(nblocks);
+            let depth = ra
+                .probe
+                .get_or_insert_with(|| {
+                    DepthProbe::new(self.seq_depth.load(Relaxed), self.cfg.readahead_depth)
+                })
+                .level() as u64;
+            // Room for `depth` chunks in flight, within `readahead.max`.
+            ra.window = (ra.window * 2).clamp(4, max_blocks.max(4));
+            let target = (ra.next + ra.window.max((depth * chunk).min(max_blocks))).min(nblocks);
             ra.scheduled_to = ra.scheduled_to.max(target);
             ra.fetched_to = ra.fetched_to.max(ra.next);
-            if ra.running || ra.fetched_to >= ra.scheduled_to {
-                return;
-            }
-            ra.running = true;
+            let unclaimed = ra
+                .scheduled_to
+                .saturating_sub(ra.fetched_to)
+                .div_ceil(chunk);
+            let n = (depth as u32)
+                .saturating_sub(ra.workers)
+                .min(unclaimed as u32);
+            ra.workers += n;
+            n
+        };
+        for _ in 0..spawn {
+            let (fs, of) = (self.clone(), of.clone());
+            self.ra_pool.spawn(move || fs.read_ahead_worker(&of));
         }
-        let (fs, of) = (self.clone(), of.clone());
-        self.ra_pool.spawn(move || fs.read_ahead_worker(&of));
     }
 
+    /// One of a stream's read-ahead workers: fetches the stream's next unclaimed chunk until
+    /// there is none. With a depth above 1 several run at once, on consecutive chunks.
     fn read_ahead_worker(&self, of: &OpenFile<S>) {
         let chunk = (self.cfg.fetch_chunk / self.cfg.block_size).max(1);
+        let window = WINDOW_CHUNKS * chunk * self.cfg.block_size;
         loop {
             let (from, to, gen) = {
                 let mut ra = of.ra.lock();
-                if ra.fetched_to >= ra.scheduled_to {
-                    ra.running = false;
+                if ra.fetched_to >= ra.scheduled_to || ra.workers > ra.depth() {
+                    ra.workers -= 1;
+                    if ra.workers == 0 {
+                        if let Some(p) = ra.probe.as_mut() {
+                            p.idle();
+                        }
+                    }
                     return;
                 }
                 let from = ra.fetched_to;
                 let to = (from + chunk).min(ra.scheduled_to);
                 ra.fetched_to = to;
+                if let Some(p) = ra.probe.as_mut() {
+                    p.started();
+                }
                 (from, to, ra.gen)
             };
+            let stop = || of.ra.lock().workers -= 1;
             let _r = of.state.rw.read();
             let v = of.state.version();
             if v.gen != gen {
-                of.ra.lock().running = false;
+                stop();
                 return; // the file changed; this read-ahead is for a version that is gone
             }
             let idxs: Vec<u64> = (from..to)
                 .filter(|&i| !self.cache.contains(&self.key(of, gen, i)))
                 .collect();
             if self.load_blocks(of, &v, &idxs, false).is_err() {
-                of.ra.lock().running = false;
+                stop();
                 return;
             }
+            let bytes = idxs.len() as u64 * self.cfg.block_size;
+            let settled = of
+                .ra
+                .lock()
+                .probe
+                .as_mut()
+                .and_then(|p| p.completed(bytes, window));
+            if let Some(k) = settled {
+                self.seq_depth.store(k, Relaxed);
+            }
         }
+    }
+}
+
+impl ReadAhead {
+    /// Backing reads the stream may have in flight.
+    fn depth(&self) -> u32 {
+        self.probe.as_ref().map_or(1, |p| p.level())
     }
 }

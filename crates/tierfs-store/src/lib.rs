@@ -15,7 +15,7 @@ pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec,
 pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
-pub use posix::{PosixHandle, PosixNode, PosixStore};
+pub use posix::{PosixHandle, PosixNode, PosixStore, STAT_CONCURRENCY};
 
 use std::ffi::{OsStr, OsString};
 

@@ -79,7 +79,18 @@ pub struct PosixStore {
     identity: Identity,
     /// Why `identity` is what it is, for the log.
     identity_why: String,
+    /// `store.stat_concurrency` (see [`PosixStore::stat_entries`]).
+    stat_concurrency: std::sync::atomic::AtomicUsize,
+    /// [`PARALLEL_STAT_AFTER`]; tests lower it.
+    parallel_stat_after: std::time::Duration,
 }
+
+/// Entries of a listing stat'ed one by one before deciding whether the store is slow.
+const PROBE_STATS: usize = 8;
+/// A store that takes longer than this per `fstatat` gets them many at a time.
+const PARALLEL_STAT_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
+/// The default of `store.stat_concurrency`.
+pub const STAT_CONCURRENCY: usize = 32;
 
 /// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
 fn fchown_node(node: &PosixNode, uid: u32, gid: u32) -> Result<()> {
@@ -208,7 +219,8 @@ fn open_dir(node: &PosixNode) -> Result<RawFd> {
 
 impl PosixStore {
     /// Lists a directory; with `stat`, also stats every entry through the open directory
-    /// (fstatat on its fd: no path walk per entry).
+    /// (fstatat on its fd: no path walk per entry), many at a time when the store is slow to
+    /// answer one (see [`PosixStore::stat_entries`]).
     fn list_dir(&self, node: &PosixNode, stat: bool) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         let fd = open_dir(node)?;
         let dir = unsafe { libc::fdopendir(fd) };
@@ -217,7 +229,7 @@ impl PosixStore {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        let mut out = Vec::new();
+        let mut names: Vec<(CString, u64, Option<crate::FileKind>)> = Vec::new();
         let result = loop {
             // readdir signals errors only through errno.
             unsafe { *libc::__errno_location() = 0 };
@@ -227,40 +239,107 @@ impl PosixStore {
                 break if e != 0 { Err(Errno(e)) } else { Ok(()) };
             }
             let ent = unsafe { &*ent };
-            let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
-            if name == b"." || name == b".." {
+            let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) };
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
-            // would mislead `find` and friends, so ask the inode itself.
-            let dtype = crate::FileKind::from_dirent_type(ent.d_type);
-            let attr = if stat || dtype.is_none() {
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                let r = unsafe {
-                    libc::fstatat(
-                        libc::dirfd(dir),
-                        ent.d_name.as_ptr(),
-                        &mut st,
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                };
-                (r == 0).then(|| Attr::from_stat(&st))
-            } else {
-                None
-            };
-            let kind = dtype.or(attr.map(|a| a.kind));
-            out.push((
-                DirEntry {
-                    name: OsString::from_vec(name.to_vec()),
-                    dev: 0,
-                    ino: ent.d_ino,
-                    kind,
-                },
-                if stat { attr } else { None },
+            names.push((
+                name.to_owned(),
+                ent.d_ino,
+                crate::FileKind::from_dirent_type(ent.d_type),
             ));
         };
+        if let Err(e) = result {
+            unsafe { libc::closedir(dir) };
+            return Err(e);
+        }
+        // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
+        // would mislead `find` and friends, so ask the inode itself.
+        let wanted: Vec<usize> = (0..names.len())
+            .filter(|&i| stat || names[i].2.is_none())
+            .collect();
+        let attrs = self.stat_entries(unsafe { libc::dirfd(dir) }, &names, &wanted);
         unsafe { libc::closedir(dir) };
-        result.map(|_| out)
+        Ok(names
+            .into_iter()
+            .zip(attrs)
+            .map(|((name, ino, dtype), attr)| {
+                let kind = dtype.or(attr.map(|a| a.kind));
+                (
+                    DirEntry {
+                        name: OsString::from_vec(name.into_bytes()),
+                        dev: 0,
+                        ino,
+                        kind,
+                    },
+                    if stat { attr } else { None },
+                )
+            })
+            .collect())
+    }
+
+    /// `fstatat` of the entries `wanted` of `names` in the directory `dirfd` (None: gone, or
+    /// not asked). On a local disk one takes microseconds, and they go one after another. On
+    /// a network store each is a round trip (sshfs, SMB, an NFS client whose attribute cache
+    /// has expired: 1,000 entries at 5 ms are 5 s), so once the first few have shown that
+    /// one takes longer than [`PARALLEL_STAT_AFTER`], the rest go `stat_concurrency` at a
+    /// time (a listing of 1,000 entries then costs some 30 round trips' worth of time).
+    fn stat_entries(
+        &self,
+        dirfd: RawFd,
+        names: &[(CString, u64, Option<crate::FileKind>)],
+        wanted: &[usize],
+    ) -> Vec<Option<Attr>> {
+        let stat_one = |name: &CStr| {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            let r =
+                unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+            (r == 0).then(|| Attr::from_stat(&st))
+        };
+        let mut out = vec![None; names.len()];
+        let probe = wanted.len().min(PROBE_STATS);
+        let t = std::time::Instant::now();
+        for &i in &wanted[..probe] {
+            out[i] = stat_one(&names[i].0);
+        }
+        let rest = &wanted[probe..];
+        let slow = probe > 0 && t.elapsed() / probe as u32 >= self.parallel_stat_after;
+        let threads = self
+            .stat_concurrency
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .min(rest.len().div_ceil(4));
+        if !slow || threads <= 1 {
+            for &i in rest {
+                out[i] = stat_one(&names[i].0);
+            }
+            return out;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = parking_lot::Mutex::new(Vec::with_capacity(rest.len()));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = rest.get(k) else { break };
+                        mine.push((i, stat_one(&names[i].0)));
+                    }
+                    results.lock().extend(mine);
+                });
+            }
+        });
+        for (i, a) in results.into_inner() {
+            out[i] = a;
+        }
+        out
+    }
+
+    /// `store.stat_concurrency`: how many entries of a listing are stat'ed at once on a
+    /// slow store.
+    pub fn set_stat_concurrency(&self, n: usize) {
+        self.stat_concurrency
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Opens BACKING. Fails (with a message fit for the user) if it is missing or not a directory.
@@ -304,6 +383,8 @@ impl PosixStore {
             root,
             identity,
             identity_why,
+            stat_concurrency: std::sync::atomic::AtomicUsize::new(STAT_CONCURRENCY),
+            parallel_stat_after: PARALLEL_STAT_AFTER,
         })
     }
 
@@ -922,6 +1003,34 @@ mod tests {
         assert_eq!(store.read(&h, 0, &mut buf).unwrap(), 5);
         assert_eq!(&buf, b"hello");
         assert_eq!(store.getattr(&node).unwrap().ino, a1.ino);
+    }
+
+    /// The many-at-a-time path of a listing's stats gives what the one-by-one path gives.
+    #[test]
+    fn parallel_listing_stats_match_serial_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..300 {
+            std::fs::write(dir.path().join(format!("f{i}")), vec![0u8; i]).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let serial = PosixStore::open(dir.path()).unwrap();
+        let mut parallel = PosixStore::open(dir.path()).unwrap();
+        parallel.parallel_stat_after = std::time::Duration::ZERO;
+        let list = |s: &PosixStore| {
+            let (root, _) = s.root().unwrap();
+            let mut v: Vec<_> = s
+                .readdir_plus(&root)
+                .unwrap()
+                .into_iter()
+                .map(|(e, a)| (e.name, e.kind, a.map(|a| (a.ino, a.size, a.kind))))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let (a, b) = (list(&serial), list(&parallel));
+        assert_eq!(a.len(), 301);
+        assert!(a.iter().all(|(_, _, attr)| attr.is_some()));
+        assert_eq!(a, b);
     }
 
     #[test]
