@@ -14,8 +14,7 @@ store served) and, with --profile-tierfs, a perf profile of the tierfs daemon.
                --vfs-cache-mode full, cache dir on the same disk as tierfs's
     bindfs     bindfs over the local disk: the cost of a FUSE layer alone
 
-Helpers of bench/run (mounting slowfs and tierfs, run(), ...) come from the `benchrun`
-module, which bench/run registers as itself before it imports this file.
+Helpers (mounting slowfs and tierfs, run(), ...) come from bench/lib/benchcore.py.
 """
 
 import json
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import benchrun as R
+import benchcore as R
 
 WB_OPT = "writeback.mode=back"
 

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import benchrun as R
+import benchcore as R
 
 COLS = ["rclone", "bindfs", "local", "store"]
 

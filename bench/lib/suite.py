@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import benchrun as R
+import benchcore as R
 import contenders as C
+from cgroup import ReaderCgroup
 
 PROFILES = ["hdd", "nfs-lan"]
 # The default job list (no WORKLOAD given): every workload on hdd; on nfs-lan the two whose
@@ -73,7 +74,7 @@ class Suite:
         self.quick = args.quick
         self.M = R.parse_size(args.ram_max)
         self.tierfs_opts = self._opts()
-        self.cg = R.ReaderCgroup(max(64 << 20, self.M // 2))
+        self.cg = ReaderCgroup(max(64 << 20, self.M // 2))
         b.cleanup_hooks.append(("remove reader cgroup", self.cg.remove))
         self.sections: list = []
         self.profile: Optional[str] = None
@@ -417,6 +418,7 @@ def slow_delta(s0, s1) -> dict:
 
 
 def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
+    import single  # the single-workload reports' names, for the error message
     import workloads as W
     profs = [p.strip() for p in profiles.split(",")] if profiles else None
     for p in profs or []:
@@ -436,7 +438,7 @@ def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
         if w not in W.WORKLOADS:
             raise R.BenchError(f"unknown workload {w!r} (suite workloads: "
                                f"{', '.join(W.ORDER)}; legacy: --workload "
-                               f"{'|'.join(sorted(R.WORKLOADS))})")
+                               f"{'|'.join(sorted(single.WORKLOADS))})")
         for prof in ([p] if p else (profs or ["hdd"])):
             if prof not in PROFILES + ["none"]:
                 raise R.BenchError(f"unknown profile {prof!r} in {n!r}")

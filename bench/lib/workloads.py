@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import benchrun as R
+import benchcore as R
 import contenders as C
+import testdata as T
 
 LIB = Path(__file__).resolve().parent
 MIXED = LIB / "mixed.py"
@@ -218,7 +219,7 @@ def wl_md5(s, sec):
 # 2. small-file grep (seed 000)
 
 def grep_run(s, sec, c, root, tree, man, label) -> dict:
-    cmd = ["grep", "-r", "-l", R.GREP_MARKER.decode(), str(root / tree.name)]
+    cmd = ["grep", "-r", "-l", T.GREP_MARKER.decode(), str(root / tree.name)]
     dt, p, sl = s.timed(sec, cmd, 300 + man["files"] * 0.1, ok_rc=(0, 1, 2))
     found = len((p.stdout or "").splitlines())
     errs = [ln for ln in (p.stderr or "").splitlines() if ln.startswith("grep:")]
@@ -234,7 +235,7 @@ def grep_run(s, sec, c, root, tree, man, label) -> dict:
 
 def wl_grep(s, sec):
     P = params(s)
-    tree, man = R.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
+    tree, man = T.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
     sec.skipped["tierfs-wb"] = READ_SAME
     res: dict = {}
 
@@ -251,7 +252,7 @@ def wl_grep(s, sec):
 
     s.each(sec, READERS, body)
     ttl = [o for o in s.tierfs_opts if o.startswith("meta.")]
-    sec.add(f"`grep -r -l {R.GREP_MARKER.decode()}` over `{tree.name}`: **{man['files']:,} "
+    sec.add(f"`grep -r -l {T.GREP_MARKER.decode()}` over `{tree.name}`: **{man['files']:,} "
             f"files** of 1-64 KiB of text (uniform, {R.human(man['bytes'])}), "
             f"{man['dirs']:,} leaf directories {man['depth']} levels deep, 25 files each, from "
             f"`random.Random({P.grep_seed})`; every 1000th file holds the marker "
@@ -360,7 +361,7 @@ def wl_fio(s, sec):
             d = root / f"suite-fio-{c.key}"
             shutil.rmtree(s.b.backing / f"suite-fio-{c.key}", ignore_errors=True)
             os.makedirs(d, exist_ok=True)
-            s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.fio_write)
+            s.prepare(c, prime=T.WRITE_PRIME_FACTOR * P.fio_write)
             cmd = ["fio", "--name=write", "--filename=" + str(d / "w.bin").replace(":", "\\:"),
                    "--rw=write", "--bs=1M", f"--size={P.fio_write}", "--ioengine=psync",
                    "--fallocate=none", "--end_fsync=1", "--output-format=json"]
@@ -469,7 +470,7 @@ def wl_fio(s, sec):
 def wl_write(s, sec):
     P = params(s)
     try:
-        tar = R.untar_tarball(False, max_files=P.untar_files)
+        tar = T.untar_tarball(False, max_files=P.untar_files)
     except R.BenchError as e:
         tar = None
         sec.errors["untar source"] = str(e)
@@ -481,9 +482,9 @@ def wl_write(s, sec):
         r = res.setdefault(c.key, {})
         d = root / f"suite-write-{c.key}"
         os.makedirs(d, exist_ok=True)
-        cmd = [R.SYS_PYTHON, R.CHUNK, d / "chunk.bin", str(P.write_size), "--bs",
-               str(R.WRITE_BS), "--hash"]
-        s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.write_size)
+        cmd = [R.SYS_PYTHON, T.CHUNK, d / "chunk.bin", str(P.write_size), "--bs",
+               str(T.WRITE_BS), "--hash"]
+        s.prepare(c, prime=T.WRITE_PRIME_FACTOR * P.write_size)
         dt, p, sl = s.timed(sec, cmd, max(900, P.write_size / 1e6), cgroup=False)
         ch = json.loads(p.stdout.strip().splitlines()[-1])
         s.served(sec, c.key, write=P.write_size)
@@ -529,8 +530,8 @@ def wl_write(s, sec):
     sec.add(f"**Write job** (seed 001, `bench/lib/chunk.py`): `open(O_CREAT|O_TRUNC)`, "
             f"{R.human(P.write_size)} in 512 KiB `write(2)`s of incompressible data, `fsync`, "
             "`close`, each timed on its own; caches dropped and memory primed first "
-            f"({R.WRITE_PRIME_FACTOR}x the bytes written, every contender alike: a cache "
-            "touches written data more than once, see `WRITE_PRIME_FACTOR` in bench/run). "
+            f"({T.WRITE_PRIME_FACTOR}x the bytes written, every contender alike: a cache "
+            "touches written data more than once, see `WRITE_PRIME_FACTOR` in bench/lib/testdata.py). "
             + (f"**Untar**: `tar -xf` of {tar['files']:,} files / {tar['dirs']:,} directories "
                f"({R.human(tar['bytes'])}; crates.io sources of the first {tar['crates']} "
                f"crates of `Cargo.lock`, normalized tarball `{Path(tar['tarball']).name}`) "
@@ -597,7 +598,7 @@ def wl_write(s, sec):
 
 def wl_mixed(s, sec):
     P = params(s)
-    tree, man = R.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
+    tree, man = T.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
     rdir = tree / "d00"
     nfiles = sum(len(fs) for _, _, fs in os.walk(rdir))
     nbytes = sum(os.path.getsize(os.path.join(r_, f)) for r_, _, fs in os.walk(rdir)
