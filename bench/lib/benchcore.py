@@ -136,7 +136,8 @@ def plotting_available() -> bool:
 
 
 def build(skip_tierfs: bool) -> None:
-    pkgs = ["-p", "tierfs-slowfs"] if skip_tierfs else ["-p", "tierfs-cli", "-p", "tierfs-slowfs"]
+    pkgs = ["-p", "tierfs-slowfs"] if skip_tierfs else ["-p", "tierfs-cli", "-p", "tierfs-slowfs",
+                                                        "-p", "tierfs-netdelay"]
     log(f"cargo build --release {' '.join(pkgs)}")
     p = run(["cargo", "build", "--release", *pkgs], 3600, check=False, capture=False, cwd=ROOT)
     if p.returncode != 0:
@@ -309,6 +310,9 @@ class Bench:
         self.size = args.size_bytes
         self.backing = WORK / "backing"
         self.slow_mnt = WORK / "mnt-slow"
+        # What tierfs and rclone mount on top of: the slowfs mount, or the sshfs mount of the
+        # suite's `sshfs` profile (bench/lib/sshstore.py).
+        self.store_mnt = self.slow_mnt
         self.tier_mnt = WORK / "mnt-tierfs"
         self.cache_dir = WORK / "cache"
         self.logs = WORK / "logs"
@@ -319,6 +323,9 @@ class Bench:
         # Extra teardown of a workload (reader cgroup, bindfs, ...): run first by cleanup(),
         # newest first; each must be idempotent.
         self.cleanup_hooks: list = []
+        # Teardown of a store other than slowfs (the sshfs profile): run by cleanup() after
+        # tierfs and the other mounts on top of it are gone; idempotent too.
+        self.store_hooks: list = []
         # tierfs options/flags this binary refused (mount_tierfs_tolerant drops them).
         self.refused: list = []
         # Leftovers of an interrupted earlier run.
@@ -458,7 +465,7 @@ class Bench:
         for _ in range(40):
             o = [x for x in opts if x.split("=", 1)[0] not in self.refused]
             flags = [f for f in (extra_flags if reset else ()) if f not in self.refused]
-            cmd = [str(TIERFS_BIN), "mount", str(self.slow_mnt), str(self.tier_mnt),
+            cmd = [str(TIERFS_BIN), "mount", str(self.store_mnt), str(self.tier_mnt),
                    "--cache-dir", str(cache_dir), *flags] + (["-o", ",".join(o)] if o else [])
             log("mounting: " + shlex.join(cmd))
             self.mounted.append(self.tier_mnt)
@@ -569,6 +576,9 @@ class Bench:
             if m != self.slow_mnt:
                 attempt(f"fusermount3 -uz {m}",
                         lambda m=m: run(["fusermount3", "-uz", m], 30, check=False))
+        while self.store_hooks:
+            what, fn = self.store_hooks.pop()
+            attempt(what, fn)
         attempt("stop slowfs", self.stop_slowfs)
         if is_mounted(self.slow_mnt):
             attempt("fusermount3 -uz slowfs",

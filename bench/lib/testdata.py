@@ -168,3 +168,26 @@ def untar_tarball(quick: bool, max_files: Optional[int] = None) -> dict:
     info["sha256"] = run(["sha256sum", tar], 600).stdout.split()[0]
     meta.write_text(json.dumps(info, indent=1))
     return info
+
+
+def make_stat_dir(backing: Path, n: int, size: int) -> tuple:
+    """One directory of `n` files of `size` random bytes each (`f00000.bin`...), for the
+    dirstat workload; reused when it holds exactly those files."""
+    d = backing / f"dirstat-{n}x{size}"
+    names = [f"f{i:05d}.bin" for i in range(n)]
+    if d.is_dir():
+        have = sorted(os.listdir(d))
+        if have == names and all((d / x).stat().st_size == size for x in names):
+            log(f"reusing {d} ({n} files of {size} bytes)")
+            return d, {"files": n, "size": size}
+        shutil.rmtree(d)
+    tmp = d.with_name(d.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for x in names:
+        with open(tmp / x, "wb") as fh:
+            fh.write(os.urandom(size))
+    run(["sync"], 600)
+    tmp.rename(d)
+    log(f"created {d}: {n} files of {size} bytes")
+    return d, {"files": n, "size": size}
