@@ -7,15 +7,16 @@ it cost (endurance: bytes the daemon wrote to the local disk, tierfs's SSD count
 store served) and, with --profile-tierfs, a perf profile of the tierfs daemon.
 
     local      the local disk itself (bench/work/backing on ext4): the physical limit
-    store      the emulated slow store directly (the tierfs-slowfs mount)
-    tierfs     tierfs over the store, write-through (its default)
+    store      the slow store directly (the tierfs-slowfs mount; the sshfs profile: the
+               sshfs mount of bench/lib/sshstore.py)
+    tierfs     tierfs over the store, write-through (its default), the suite's tuning
+    tierfs-default  tierfs over the store with no -o at all (sshfs profile only)
     tierfs-wb  tierfs over the store with -o writeback.mode=back
     rclone     rclone mount of the store (`:local:` remote on the slowfs mount),
                --vfs-cache-mode full, cache dir on the same disk as tierfs's
     bindfs     bindfs over the local disk: the cost of a FUSE layer alone
 
-Helpers of bench/run (mounting slowfs and tierfs, run(), ...) come from the `benchrun`
-module, which bench/run registers as itself before it imports this file.
+Helpers (mounting slowfs and tierfs, run(), ...) come from bench/lib/benchcore.py.
 """
 
 import json
@@ -29,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import benchrun as R
+import benchcore as R
+import sshstore
 
 WB_OPT = "writeback.mode=back"
 
@@ -88,11 +90,12 @@ class Contender:
         """Unmounts; returns facts worth reporting (daemon exit time...)."""
         return {}
 
-    def remount(self) -> float:
-        """Unmount and mount again keeping the cache; returns the mount time in seconds."""
+    def remount(self, fresh: bool = False) -> float:
+        """Unmount and mount again keeping the cache (`fresh`: emptying it); returns the
+        mount time in seconds."""
         self.teardown()
         t0 = time.monotonic()
-        self.setup(fresh=False)
+        self.setup(fresh=fresh)
         return time.monotonic() - t0
 
     def pids(self) -> list:
@@ -118,7 +121,7 @@ class Local(Contender):
         self.root = self.b.backing
         return self.root
 
-    def remount(self):
+    def remount(self, fresh=False):
         R.drop_caches()  # the root filesystem cannot be remounted: caches dropped instead
         return 0.0
 
@@ -131,15 +134,31 @@ class Store(Contender):
     emulated = True
 
     def setup(self, fresh=True):
-        self.s.ensure_slowfs()
-        self.root = self.b.slow_mnt
+        self.s.ensure_store(fresh)
+        if self.s.profile == "sshfs":
+            self.mount_cmds.append(self.s.store_cmd())
+        self.root = self.b.store_mnt
         return self.root
 
-    def remount(self):
+    def remount(self, fresh=False):
+        if self.s.profile == "sshfs":
+            # sshfs keeps the kernel's page cache and attribute caches of its own: a
+            # remount is a new sshfs mount (the server stays)
+            t0 = time.monotonic()
+            self.s.ensure_store(fresh=True)
+            return time.monotonic() - t0
         return 0.0  # slowfs caches nothing (DIRECT_IO, zero TTLs): a remount changes nothing
 
     def describe(self):
-        return f"the slowfs mount `{self.b.slow_mnt}` itself (`{self.s.slowfs_cmd()}`)"
+        profs = {p for _, p in self.s.jobs}
+        out = []
+        if profs - {"sshfs"}:
+            out.append(f"the slowfs mount `{self.b.slow_mnt}` itself (`{self.s.slowfs_cmd()}`)")
+        if "sshfs" in profs:
+            out.append(f"profile `sshfs`: the sshfs mount `{sshstore.MNT}` itself (`"
+                       + shlex.join(sshstore.SshfsStore(self.b).sshfs_cmd()).replace(
+                           "-p 0 ", "-p PORT ") + "`, PORT: the relay's; bench/lib/sshstore.py)")
+        return "; ".join(out)
 
 
 class Tierfs(Contender):
@@ -157,7 +176,7 @@ class Tierfs(Contender):
         return list(self.s.tierfs_opts) + list(self.extra_opts)
 
     def setup(self, fresh=True):
-        self.s.ensure_slowfs()
+        self.s.ensure_store(fresh)
         cmd = self.b.mount_tierfs_tolerant(self.cache, fresh, self.opts(), timeout=300)
         self.mount_cmds.append(shlex.join(cmd))
         self.root = self.b.tier_mnt
@@ -190,9 +209,18 @@ class Tierfs(Contender):
         return time.monotonic() - t0
 
     def describe(self):
-        return f"`tierfs mount {self.b.slow_mnt} {self.b.tier_mnt} --cache-dir {self.cache} " \
-               f"--reset-cache -o {','.join(self.opts())}` (fresh cache per workload; kept " \
-               "across a remount)"
+        o = f" -o {','.join(self.opts())}" if self.opts() else ""
+        return f"`tierfs mount {self.s.store_mnt_text()} {self.b.tier_mnt} --cache-dir " \
+               f"{self.cache} --reset-cache{o}` (fresh cache per workload; kept across a remount)"
+
+
+class TierfsDefault(Tierfs):
+    """tierfs as a user would mount it over a network filesystem: no -o at all, only the
+    cache dir in bench/work (the sshfs profile)."""
+    key, label, short = "tierfs-default", "tierfs, default options", "tierfs-default"
+
+    def opts(self) -> list:
+        return []
 
 
 class TierfsWB(Tierfs):
@@ -227,7 +255,7 @@ class Rclone(Contender):
         self.log = self.b.logs / "rclone.log"
 
     def cmd(self) -> list:
-        return ["rclone", "mount", f":local:{self.b.slow_mnt}", str(self.mnt),
+        return ["rclone", "mount", f":local:{self.b.store_mnt}", str(self.mnt),
                 "--vfs-cache-mode", "full", "--cache-dir", str(self.cache),
                 # the same metadata trust as tierfs's meta.ttl=1h (see Suite.tierfs_opts)
                 "--dir-cache-time", "1h", "--attr-timeout", "1h",
@@ -235,7 +263,7 @@ class Rclone(Contender):
                 "--log-level", "NOTICE", "--log-file", str(self.log)]
 
     def setup(self, fresh=True):
-        self.s.ensure_slowfs()
+        self.s.ensure_store(fresh)
         if fresh and self.cache.exists():
             shutil.rmtree(self.cache)
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -311,6 +339,7 @@ class Rclone(Contender):
 
     def describe(self):
         return "`" + shlex.join(self.cmd()).replace(f"127.0.0.1:{self.port}", "127.0.0.1:PORT") \
+            .replace(f":local:{self.b.store_mnt}", f":local:{self.s.store_mnt_text()}") \
             + "` (fresh cache dir per workload, kept across a remount; `--rc` only to ask " \
             "`vfs/stats` whether uploads are pending)"
 
@@ -370,5 +399,5 @@ class Bindfs(Contender):
                "the page cache)"
 
 
-ALL = [Local, Store, Tierfs, TierfsWB, Rclone, Bindfs]
+ALL = [Local, Store, TierfsDefault, Tierfs, TierfsWB, Rclone, Bindfs]
 KEYS = [c.key for c in ALL]

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import benchrun as R
+import benchcore as R
 
 COLS = ["rclone", "bindfs", "local", "store"]
 
@@ -23,7 +23,7 @@ def fnum(v, unit="") -> str:
     if unit == "x":
         return f"{v:.2f}"
     if unit == "1/s":
-        return f"{1 / v:.1f} s" if v else "-"
+        return (f"{1 / v:.1f} s" if 1 / v >= 1 else f"{1 / v:.3f} s") if v else "-"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 10:
@@ -41,7 +41,8 @@ def plot(suite, sec, name: str) -> None:
     if not sec.panels:
         return
     png = R.RESULTS / f"{name}-{sec.workload}-{sec.profile}.png"
-    spec = {"title": f"{sec.title} - slowfs {sec.profile}" + (" (QUICK)" if suite.quick
+    store = "sshfs (a real sshfs mount)" if sec.profile == "sshfs" else f"slowfs {sec.profile}"
+    spec = {"title": f"{sec.title} - {store}" + (" (QUICK)" if suite.quick
                                                                else ""),
             "subtitle": sec.emulation, "panels": sec.panels}
     src = suite.b.logs / f"{png.stem}.json"
@@ -56,7 +57,7 @@ def plot(suite, sec, name: str) -> None:
 def endurance_rows(suite) -> list:
     rows = []
     for sec in suite.sections:
-        for key in ("tierfs", "tierfs-wb", "rclone"):
+        for key in ("tierfs-default", "tierfs", "tierfs-wb", "rclone"):
             a = sec.acc.get(key)
             if not a or key in sec.skipped or not (a.get("served_read") or a.get("served_write")):
                 continue
@@ -128,8 +129,14 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
     profs = {}
     for s in suite.sections:
         profs.setdefault(s.profile, s.emulation)
-    A("- emulated store (tierfs-slowfs, see bench/README.md): " + "; ".join(
-        f"`{p}`: `{e}`" for p, e in profs.items()))
+    emu = {p: e for p, e in profs.items() if p != "sshfs"}
+    if emu:
+        A("- emulated store (tierfs-slowfs, see bench/README.md): " + "; ".join(
+            f"`{p}`: `{e}`" for p, e in emu.items()))
+    if "sshfs" in profs:
+        det = next((s.store_details for s in suite.sections if s.profile == "sshfs"), "")
+        A(f"- store of the `sshfs` profile (no emulator; bench/lib/sshstore.py): "
+          f"**{profs['sshfs']}**. {det}")
     A(f"- memory budget: tierfs `ram.max` = {R.human(suite.M)}; measured readers run in a "
       f"memory cgroup: {suite.cg.describe()}")
     A(f"- tierfs options in every workload: `-o {','.join(suite.tierfs_opts)}` (write-back "
@@ -161,7 +168,8 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
             t = v.get(m["tierfs"])
             unit = m["unit"]
             label = (f"[{sec.profile}] " if multi else "") + m["metric"].replace(
-                "(tierfs)", "").replace("(tierfs-wb)", "**(tierfs-wb)**").strip()
+                "(tierfs)", "").replace("(tierfs-wb)", "**(tierfs-wb)**").replace(
+                "(tierfs-default)", "**(tierfs-default)**").strip()
             cells = [fnum(v.get(k), unit) if k not in sec.skipped else "n/a" for k in COLS]
             A(f"| {label} | {fnum(t, unit)} | " + " | ".join(cells) + " | "
               f"{ratio(t, v.get('rclone'))} | {ratio(t, v.get('local'))} | "
@@ -183,6 +191,8 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
     A("| contender | what | how |")
     A("|---|---|---|")
     for key, c in suite.c.items():
+        if key == "tierfs-default" and not any(key in s.acc for s in suite.sections):
+            continue  # the sshfs profile's contender, not run here
         A(f"| `{key}` | {c.label} | {c.describe()} |")
     A("")
     A("Each workload mounts each contender fresh (tierfs: `--reset-cache`; rclone: empty cache "
@@ -271,7 +281,9 @@ def write_suite_report(suite, machine: dict, started: datetime.datetime, name: s
     A("")
     ok = not left["mounts"] and not left["procs"]
     A(("**OK**: after the run no mount under `bench/work` and no process naming it "
-       "(tierfs, tierfs-slowfs, rclone, bindfs, fio, stress-ng, perf, readers) was left."
+       "(tierfs, tierfs-slowfs, rclone, bindfs, fio, stress-ng, perf, readers) was left"
+       + ("; no network namespace, veth, sshd, tierfs-netdelay relay, sshfs or ssh of the "
+          "sshfs profile either." if "sshfs" in {s.profile for s in suite.sections} else ".")
        if ok else "**FAILED**: left behind: " + "; ".join(left["mounts"] + left["procs"])))
     if left["foreign_mounts"]:
         A(f" Other FUSE mounts on the machine, not ours: {len(left['foreign_mounts'])} "

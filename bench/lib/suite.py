@@ -22,10 +22,17 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import benchrun as R
+import benchcore as R
 import contenders as C
+import sshstore
+from cgroup import ReaderCgroup
 
-PROFILES = ["hdd", "nfs-lan"]
+PROFILES = ["hdd", "nfs-lan", "sshfs"]
+# The sshfs profile (a real sshfs mount, bench/lib/sshstore.py) compares these contenders only:
+# the store, tierfs with its default options and with the suite's read-mostly tuning, rclone.
+SSHFS_CONTENDERS = ["store", "tierfs-default", "tierfs", "rclone"]
+SSHFS_ONLY = "the sshfs profile compares the store, tierfs (default options and tuned) and " \
+             "rclone only"
 # The default job list (no WORKLOAD given): every workload on hdd; on nfs-lan the two whose
 # cost is dominated by per-request latency rather than by seeks (the small-file grep and the
 # write job + untar). --quick: hdd only. See bench/README.md for the time budget.
@@ -51,6 +58,7 @@ class Section:
         self.last_stats: dict = {}   # contender key -> its last `tierfs stats --json`
         self.seconds = 0.0
         self.emulation = ""
+        self.store_details = ""      # sshfs profile: the link's measurements
         self.png: Optional[str] = None
 
     def cmd(self, c) -> None:
@@ -62,6 +70,10 @@ class Section:
                note: str = "") -> None:
         self.summary.append({"metric": metric, "unit": unit, "values": values,
                              "tierfs": tierfs, "note": note})
+        if tierfs == "tierfs" and self.profile == "sshfs":
+            # the sshfs profile: the same row for tierfs with its default options
+            self.summary.append({"metric": metric + " (tierfs-default)", "unit": unit,
+                                 "values": values, "tierfs": "tierfs-default", "note": note})
 
     def add(self, *lines) -> None:
         self.md.extend(lines)
@@ -73,7 +85,7 @@ class Suite:
         self.quick = args.quick
         self.M = R.parse_size(args.ram_max)
         self.tierfs_opts = self._opts()
-        self.cg = R.ReaderCgroup(max(64 << 20, self.M // 2))
+        self.cg = ReaderCgroup(max(64 << 20, self.M // 2))
         b.cleanup_hooks.append(("remove reader cgroup", self.cg.remove))
         self.sections: list = []
         self.profile: Optional[str] = None
@@ -87,6 +99,7 @@ class Suite:
         self.nofile = None
         self.hog_procs: list = []
         b.cleanup_hooks.append(("stop background jobs", self.kill_bg))
+        self.store: Optional[sshstore.SshfsStore] = None  # the sshfs profile's store
 
     def _opts(self) -> list:
         # tierfs pauses SSD admission when the cache device would drop below
@@ -112,24 +125,75 @@ class Suite:
 
     # -- slow store --------------------------------------------------------------------------
 
-    def ensure_slowfs(self) -> None:
+    def ensure_store(self, fresh: bool = False) -> None:
+        """The store is up: slowfs mounted, or (sshfs profile) the sshd, relay and sshfs
+        mount; with `fresh` the sshfs mount is a new one (empty sshfs caches, a new st_dev),
+        as every contender's fresh start gets (slowfs caches nothing)."""
+        if self.profile == "sshfs":
+            if self.store is None:
+                self.store = sshstore.SshfsStore(self.b, self.args.sshfs_delay_us)
+                self.b.store_hooks.append(("tear down the sshfs store", self.store.teardown))
+            if not self.store.up:
+                self.store.setup()
+            elif fresh:
+                self.store.remount()
+            else:
+                self.store.setup()  # checks that it is still there
+            self.b.store_mnt = sshstore.MNT
+            self.b.emulation = self.store.describe()
+            return
         if self.b.slowfs_proc is None or self.b.slowfs_proc.poll() is not None:
             self.b.args.profile = self.profile
             self.b.mount_slowfs()
+        self.b.store_mnt = self.b.slow_mnt
 
     def slowfs_cmd(self) -> str:
         return " ".join([str(R.SLOWFS_BIN), "--profile", self.profile or "?",
                          *self.args.slowfs_arg, str(self.b.backing), str(self.b.slow_mnt)])
+
+    def store_mnt_text(self) -> str:
+        """The store's mountpoint for the report: one path, or both when the run used slowfs
+        and sshfs profiles."""
+        profs = {p for _, p in self.jobs}
+        paths = ([str(self.b.slow_mnt)] if profs - {"sshfs"} else []) + \
+            ([str(sshstore.MNT)] if "sshfs" in profs else [])
+        return paths[0] if len(paths) == 1 else "{" + " | ".join(paths) + "}"
+
+    def store_stats(self) -> Optional[dict]:
+        """Counters of the store (slowfs's; sshfs: the relay's bytes each way)."""
+        if self.profile == "sshfs":
+            return self.store.stats() if self.store else None
+        return self.b.slowfs_stats()
+
+    def store_cmd(self) -> str:
+        if self.profile == "sshfs":
+            return shlex.join(self.store.sshfs_cmd()) if self.store else "sshfs (not mounted)"
+        return self.slowfs_cmd()
 
     def switch_profile(self, profile: str) -> None:
         if profile == self.profile:
             return
         if self.b.slowfs_proc is not None:
             self.b.stop_slowfs()
+        if self.store is not None and profile != "sshfs":
+            self.store.teardown()
         self.profile = profile
         self.b.args.profile = profile
         self.b.emulation = ""
-        self.ensure_slowfs()
+        self.ensure_store()
+
+    def keys(self, keys: list) -> list:
+        """The contenders of `keys` that run on the current profile (sshfs: SSHFS_CONTENDERS,
+        with tierfs-default next to tierfs; elsewhere no tierfs-default)."""
+        if self.profile != "sshfs":
+            return [k for k in keys if k != "tierfs-default"]
+        out = []
+        for k in keys:
+            if k == "tierfs" and "tierfs-default" not in keys:
+                out.append("tierfs-default")
+            if k in SSHFS_CONTENDERS:
+                out.append(k)
+        return out
 
     # -- background jobs (memory hog) ----------------------------------------------------------
 
@@ -166,11 +230,11 @@ class Suite:
         """Runs cmd (in the reader cgroup unless cgroup=False); returns (seconds, process,
         slowfs counter deltas)."""
         sec.cmd(cmd)
-        s0 = self.b.slowfs_stats()
+        s0 = self.store_stats()
         t0 = time.monotonic()
         p = R.run(self.cg.wrap(cmd) if cgroup else cmd, timeout, check=False)
         dt = time.monotonic() - t0
-        s1 = self.b.slowfs_stats()
+        s1 = self.store_stats()
         if p.returncode not in ok_rc:
             raise R.BenchError(f"failed (rc={p.returncode}): "
                                f"{shlex.join(str(c) for c in cmd)}\n"
@@ -188,13 +252,18 @@ class Suite:
         """For each contender key: mount (fresh cache), run body(contender, root), tear down.
         A failure is recorded in sec.errors and the next contender runs. Endurance counters
         and (--profile-tierfs) perf run from mount to unmount."""
-        for key in keys:
+        run_keys = self.keys(keys)
+        if self.profile == "sshfs":
+            for key in keys:
+                if key not in run_keys:
+                    sec.skipped.setdefault(key, SSHFS_ONLY)
+        for key in run_keys:
             if key in sec.skipped:
                 continue
             c = self.c[key]
             R.log(f"--- {sec.workload}@{sec.profile}: {key} ---")
             a = sec.acc.setdefault(key, {})
-            s0 = self.b.slowfs_stats()
+            s0 = self.store_stats()
             try:
                 c.setup(fresh)
                 sec.cmd(f"# {key}: " + (c.mount_cmds[-1] if c.mount_cmds else c.describe()))
@@ -219,17 +288,18 @@ class Suite:
                 except R.BenchError as e:
                     sec.errors[f"{key} teardown"] = str(e)
                 self._perf_report(sec, c)
-                s1 = self.b.slowfs_stats()
+                s1 = self.store_stats()
                 d = slow_delta(s0, s1)
                 a["store_read"] = a.get("store_read", 0) + (d.get("bytes_read") or 0)
                 a["store_written"] = a.get("store_written", 0) + (d.get("bytes_written") or 0)
 
-    def remount(self, sec: Section, c) -> float:
-        """Unmount and mount again keeping the cache; counters and perf follow."""
+    def remount(self, sec: Section, c, fresh: bool = False) -> float:
+        """Unmount and mount again keeping the cache (`fresh`: with an empty cache, as at the
+        start); counters and perf follow."""
         self._close(sec, c)
         self._perf_report(sec, c)
-        dt = c.remount()
-        sec.cmd(f"# {c.key}: remount (cache kept): " +
+        dt = c.remount(fresh)
+        sec.cmd(f"# {c.key}: remount ({'empty cache' if fresh else 'cache kept'}): " +
                 (c.mount_cmds[-1] if c.mount_cmds else "-"))
         self._open(sec, c)
         return dt
@@ -365,6 +435,13 @@ class Suite:
             "fuse3": first(["dpkg-query", "-W", "-f=${Version}", "fuse3"])[0],
             "python": sys.version.split()[0],
         }
+        if any(p == "sshfs" for _, p in self.jobs):
+            st = sshstore.SshfsStore(self.b)
+            st.collect_versions()
+            self.versions["sshfs"] = f"{st.versions['sshfs']} (FUSE library " \
+                                     f"{st.versions['sshfs_fuse']})"
+            self.versions["openssh"] = st.versions["openssh"]
+            self.versions["tierfs-netdelay"] = str(sshstore.NETDELAY_BIN)
         if self.args.profile_tierfs:
             self.versions["perf"] = first(["perf", "--version"])[0] \
                 if shutil.which("perf") else "not installed"
@@ -375,12 +452,16 @@ class Suite:
         R.ensure_tools(need_fio=True, extra=[("bindfs", "bindfs"), ("rclone", "rclone"),
                                              ("stress-ng", "stress-ng"), ("tar", "tar"),
                                              ("md5sum", "coreutils"), ("fincore", "util-linux")])
+        if any(p == "sshfs" for _, p in self.jobs):
+            sshstore.ensure_tools()
         self.collect_versions()
         for wl, prof in self.jobs:
             self.switch_profile(prof)
             fn, title = W.WORKLOADS[wl]
             sec = Section(wl, prof, title)
             sec.emulation = self.b.emulation
+            if prof == "sshfs" and self.store is not None:
+                sec.store_details = self.store.details()
             self.sections.append(sec)
             R.log(f"=== workload {wl} on {prof} ===")
             t0 = time.monotonic()
@@ -417,6 +498,7 @@ def slow_delta(s0, s1) -> dict:
 
 
 def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
+    import single  # the single-workload reports' names, for the error message
     import workloads as W
     profs = [p.strip() for p in profiles.split(",")] if profiles else None
     for p in profs or []:
@@ -435,8 +517,8 @@ def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
         w, _, p = n.partition("@")
         if w not in W.WORKLOADS:
             raise R.BenchError(f"unknown workload {w!r} (suite workloads: "
-                               f"{', '.join(W.ORDER)}; legacy: --workload "
-                               f"{'|'.join(sorted(R.WORKLOADS))})")
+                               f"{', '.join(W.WORKLOADS)}; legacy: --workload "
+                               f"{'|'.join(sorted(single.WORKLOADS))})")
         for prof in ([p] if p else (profs or ["hdd"])):
             if prof not in PROFILES + ["none"]:
                 raise R.BenchError(f"unknown profile {prof!r} in {n!r}")
@@ -477,6 +559,11 @@ def teardown_check() -> dict:
         cmd = b" ".join(argv).decode(errors="replace")
         if work in cmd or "tierfs-bench" in cmd:
             procs.append(f"{d}: {cmd[:200]}")
+    # the sshfs profile: its namespace, veth, sshd (and its session children) in the
+    # namespace, relays to it, sshfs and ssh clients of ours
+    for item in sshstore.leftovers():
+        if item not in procs and not any(item.split(":")[0] == p.split(":")[0] for p in procs):
+            procs.append(item)
     return {"mounts": ours, "foreign_mounts": foreign, "procs": procs}
 
 

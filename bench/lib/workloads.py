@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import benchrun as R
+import benchcore as R
 import contenders as C
+import testdata as T
 
 LIB = Path(__file__).resolve().parent
 MIXED = LIB / "mixed.py"
 READ_SAME = "the read path does not depend on the write mode: tierfs write-back reads " \
             "exactly as write-through, so it is run only in the workloads that write"
-READERS = ["local", "store", "tierfs", "rclone", "bindfs"]
-WRITERS = ["local", "store", "tierfs", "tierfs-wb", "rclone", "bindfs"]
+# tierfs-default (no -o) runs on the sshfs profile only (Suite.keys drops it elsewhere).
+READERS = ["local", "store", "tierfs-default", "tierfs", "rclone", "bindfs"]
+WRITERS = ["local", "store", "tierfs-default", "tierfs", "tierfs-wb", "rclone", "bindfs"]
+CACHED = ["tierfs-default", "tierfs", "rclone", "bindfs", "local"]
 NOT_A_CACHE = "not a cache: every read pays the emulated store, nothing is 'cached' to share " \
               "memory with"
 
@@ -49,10 +52,17 @@ class Params:
     hog_target_s: float
     conc_file: int
     conc_runtime: int
+    seqcold_size: int
+    dirstat_files: int
+    dirstat_size: int
 
 
 def params(s) -> Params:
     a, q, M = s.args, s.quick, s.M
+    # The sshfs profile (a real network store, ~40-70 MB/s and ~10 ms per small file cold)
+    # runs smaller: a 1 GiB fio file, which is also the cold/warm sequential file, and a 2,000
+    # file grep tree, so md5 + grep + fio + dirstat fit in ~20 min.
+    net = s.profile == "sshfs"
     avail = meminfo("MemAvailable")
     if a.hog_bytes:
         hog = R.parse_size(a.hog_bytes)
@@ -64,9 +74,10 @@ def params(s) -> Params:
     return Params(
         md5_size=R.parse_size(a.md5_size) if a.md5_size else 2 * M,
         md5_passes=a.md5_passes,
-        grep_files=a.grep_files or (500 if q else 5_000),
+        grep_files=a.grep_files or (500 if q else 2_000 if net else 5_000),
         grep_seed=a.grep_seed,
-        fio_size=R.parse_size(a.size) if a.size else ((512 << 20) if q else (2 << 30)),
+        fio_size=R.parse_size(a.size) if a.size else
+        ((256 << 20) if q and net else (512 << 20) if q else (1 << 30) if net else (2 << 30)),
         fio_runtime=a.fio_runtime or (3 if q else 10),
         fio_ramp=1 if q else 2,
         fio_write=(128 << 20) if q else (1 << 30),
@@ -79,6 +90,9 @@ def params(s) -> Params:
         hog_target_s=6 if q else 20,
         conc_file=max(32 << 20, M // 4),
         conc_runtime=2 if q else 5,
+        seqcold_size=(256 << 20) if q else (1 << 30),  # the issue's 1 GiB; == fio_size on sshfs
+        dirstat_files=1000,
+        dirstat_size=4096,
     )
 
 
@@ -111,7 +125,38 @@ def median(vals):
 
 
 def emu_line(s, sec) -> str:
+    if sec.profile == "sshfs":
+        return (f"Store: **{sec.emulation or s.b.emulation}** (profile `sshfs`: a real sshfs "
+                "mount, no emulator, bench/lib/sshstore.py; *store read* = bytes the relay "
+                "carried from the server, i.e. the ssh stream with its protocol overhead). "
+                f"Link: {sec.store_details}. `tierfs-default` runs with tierfs's own defaults "
+                "(no `-o`: its default `ram.max`, SSD-tier and metadata-cache settings), so what "
+                "this section says relative to `ram.max` holds for `tierfs` only.")
     return f"Emulation: slowfs **{s.b.emulation or sec.emulation}** (profile `{sec.profile}`)."
+
+
+BACKING_KEYS = ("read_bytes", "lookup", "getattr", "readdir", "open", "read")
+
+
+def backing_delta(c, t0, t1) -> Optional[dict]:
+    """What a tierfs contender asked of its store between two `tierfs stats --json`
+    snapshots (the `backing` counters); None for other contenders."""
+    if not isinstance(c, C.Tierfs) or t1 is None:
+        return None
+    return {k: R.jdiff(t0, t1, f"backing.{k}") if t0 is not None else R.jget(t1, f"backing.{k}")
+            for k in BACKING_KEYS}
+
+
+def backing_text(phases: list) -> str:
+    """`[(label, backing_delta)]` as one line: read bytes, then request counts per phase."""
+    out = []
+    for label, d in phases:
+        if not d:
+            out.append(f"{label}: n/a")
+            continue
+        out.append(f"{label}: **{hb(d.get('read_bytes'))}** read, "
+                   + ", ".join(f"{k} {md(d.get(k))}" for k in BACKING_KEYS[1:]))
+    return "; ".join(out)
 
 
 def cached_md5(f: Path) -> str:
@@ -123,10 +168,14 @@ def cached_md5(f: Path) -> str:
     return v
 
 
-def fill_through(s, sec, c, path: Path, size: int) -> list:
+def fill_through(s, sec, c, path: Path, size: int, fill0: Optional[int] = None) -> list:
     """Reads `path` through the contender until its cache holds it (tierfs: ssd.fill_bytes
     >= 95% of the file or 2 passes; others: one pass). Untimed for the result, reported."""
     out = []
+    # what the SSD tier held before (another file read earlier on the same mount); `fill0`:
+    # counted from before an earlier read of this same file
+    if fill0 is None:
+        fill0 = R.jget(c.stats(), "ssd.fill_bytes") or 0
     for i in (1, 2):
         s.prepare(c, warm_files=[s.b.backing / path.name], prime=0)
         dt, _, sl = s.timed(sec, ["dd", f"if={path}", "of=/dev/null", "bs=1M"],
@@ -136,7 +185,7 @@ def fill_through(s, sec, c, path: Path, size: int) -> list:
         fill = R.jget(st, "ssd.fill_bytes")
         out.append({"pass": i, "mbps": size / dt / 1e6, "slow": sl.get("bytes_read"),
                     "fill": fill})
-        if not isinstance(c, C.Tierfs) or fill is None or fill >= 0.95 * size:
+        if not isinstance(c, C.Tierfs) or fill is None or fill - fill0 >= 0.95 * size:
             break
     return out
 
@@ -193,10 +242,10 @@ def wl_md5(s, sec):
                 f"{hb(later)} | {'ok' if all(p['ok'] for p in ps) else 'MISMATCH'} |")
         r["median"] = med
     sec.add("")
-    for key in ("tierfs",):
+    for key in ("tierfs-default", "tierfs"):
         ps = (res.get(key) or {}).get("passes") or []
         if ps:
-            sec.add(f"tierfs per pass: RAM tier hits " + ", ".join(hb(p['ram_hit']) for p in ps)
+            sec.add(f"{key} per pass: RAM tier hits " + ", ".join(hb(p['ram_hit']) for p in ps)
                     + "; SSD tier hits " + ", ".join(hb(p['ssd_hit']) for p in ps) + ".", "")
     sec.add("bindfs reads the local file through the page cache of its own process, which is "
             "not in the reader's memory cgroup (so from pass 2 on it may serve from RAM); rclone "
@@ -218,15 +267,17 @@ def wl_md5(s, sec):
 # 2. small-file grep (seed 000)
 
 def grep_run(s, sec, c, root, tree, man, label) -> dict:
-    cmd = ["grep", "-r", "-l", R.GREP_MARKER.decode(), str(root / tree.name)]
+    cmd = ["grep", "-r", "-l", T.GREP_MARKER.decode(), str(root / tree.name)]
+    t0 = c.stats()
     dt, p, sl = s.timed(sec, cmd, 300 + man["files"] * 0.1, ok_rc=(0, 1, 2))
+    backing = backing_delta(c, t0, c.stats())
     found = len((p.stdout or "").splitlines())
     errs = [ln for ln in (p.stderr or "").splitlines() if ln.startswith("grep:")]
     s.served(sec, c.key, read=man["bytes"])
     r = {"s": dt, "files_s": man["files"] / dt, "mbps": man["bytes"] / dt / 1e6,
          "slow": sl.get("bytes_read"), "slow_meta": sl.get("meta_ops"),
          "ok": found == man["markers"] and not errs, "errors": len(errs),
-         "first_error": errs[0] if errs else ""}
+         "first_error": errs[0] if errs else "", "backing": backing}
     R.log(f"grep {c.key} {label}: {r['files_s']:,.0f} files/s ({dt:.1f} s), store served "
           f"{hb(r['slow'])}" + ("" if r["ok"] else f", {found} matches, {len(errs)} errors"))
     return r
@@ -234,7 +285,7 @@ def grep_run(s, sec, c, root, tree, man, label) -> dict:
 
 def wl_grep(s, sec):
     P = params(s)
-    tree, man = R.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
+    tree, man = T.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
     sec.skipped["tierfs-wb"] = READ_SAME
     res: dict = {}
 
@@ -242,7 +293,7 @@ def wl_grep(s, sec):
         r = res.setdefault(c.key, {})
         s.prepare(c, warm_dirs=[tree], prime=man["bytes"])
         r["cold"] = grep_run(s, sec, c, root, tree, man, "cold")
-        if c.key == "store":
+        if c.key == "store" and s.profile != "sshfs":
             return  # slowfs caches nothing: warm and remount cost what cold costs
         r["warm"] = grep_run(s, sec, c, root, tree, man, "warm")
         r["mount_s"] = s.remount(sec, c)
@@ -251,7 +302,7 @@ def wl_grep(s, sec):
 
     s.each(sec, READERS, body)
     ttl = [o for o in s.tierfs_opts if o.startswith("meta.")]
-    sec.add(f"`grep -r -l {R.GREP_MARKER.decode()}` over `{tree.name}`: **{man['files']:,} "
+    sec.add(f"`grep -r -l {T.GREP_MARKER.decode()}` over `{tree.name}`: **{man['files']:,} "
             f"files** of 1-64 KiB of text (uniform, {R.human(man['bytes'])}), "
             f"{man['dirs']:,} leaf directories {man['depth']} levels deep, 25 files each, from "
             f"`random.Random({P.grep_seed})`; every 1000th file holds the marker "
@@ -271,7 +322,7 @@ def wl_grep(s, sec):
             continue
         g = [r.get(k) for k in ("cold", "warm", "remount")]
         cells = [f"{x['files_s']:,.0f}" if x else "-" for x in g]
-        if key == "store":
+        if key == "store" and not r.get("warm"):
             cells[1] = cells[2] = "= cold (no cache)"
         ok = all(x["ok"] for x in g if x)
         errs = sum(x["errors"] for x in g if x)
@@ -280,17 +331,29 @@ def wl_grep(s, sec):
                 + f" | {md(r.get('mount_s'), '.2f', ' s')} | "
                 + ("ok" if ok else f"WRONG ({errs} errors)") + " |")
     sec.add("")
+    if s.profile == "sshfs" and "store" in res:
+        sec.add("The store (sshfs) keeps the kernel's page cache and sshfs's own attribute and "
+                "directory caches, so it is measured warm too; its *remount* is a new sshfs "
+                "mount (the server stays).", "")
+    for key in READERS:
+        r = res.get(key) or {}
+        if isinstance(s.c[key], C.Tierfs) and r.get("cold"):
+            sec.add(f"{key} asked the store (`tierfs stats --json` backing counters per "
+                    "phase): " + backing_text([(ph, (r.get(ph) or {}).get("backing"))
+                                               for ph in ("cold", "warm", "remount")]) + ".",
+                    "")
     for m_, k in (("cold", "cold"), ("warm", "warm"), ("after remount", "remount")):
         vals = {key: (r.get(k) or {}).get("files_s") for key, r in res.items()}
-        if k != "cold" and "store" in res:
+        if k != "cold" and "store" in res and not res["store"].get(k):
             vals["store"] = (res["store"].get("cold") or {}).get("files_s")
         sec.metric(f"grep -r {man['files']:,} files: {m_} files/s", "files/s", vals)
     sec.panels.append({"kind": "bars", "title": f"grep -r, {man['files']:,} files",
                        "unit": "files/s (log)", "log": True,
                        "categories": ["cold", "warm", "remount"],
                        "series": [{"name": k, "values": [
-                           ((r.get("cold") if k == "store" else r.get(x)) or {}).get("files_s")
-                           for x in ("cold", "warm", "remount")]} for k, r in res.items()]})
+                           ((r.get(x) or r.get("cold") if k == "store" else r.get(x))
+                            or {}).get("files_s") for x in ("cold", "warm", "remount")]}
+                                  for k, r in res.items()]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,12 +395,22 @@ def wl_fio(s, sec):
     f = s.b.test_file(f"seqread-{size_tag(P.fio_size)}.bin", P.fio_size)
     res: dict = {}
 
+    fs = s.b.test_file(f"seqread-{size_tag(P.seqcold_size)}.bin", P.seqcold_size) \
+        if s.profile == "sshfs" else None
+
     def body(c, root):
         r = res.setdefault(c.key, {})
         path = root / f.name
+        fill0 = R.jget(c.stats(), "ssd.fill_bytes")
+        if fs is not None and c.key in SEQCOLD:
+            # right after the fresh mount: empty cache, a new sshfs mount under it
+            for phase in ("cold", "warm"):
+                s.prepare(c, warm_files=[fs], prime=P.seqcold_size)
+                r[f"seq{phase}"] = seq_whole(s, sec, c, root / fs.name, P.seqcold_size, phase)
         if c.key != "tierfs-wb":
             if c.caches:
-                r["fill"] = fill_through(s, sec, c, path, P.fio_size)
+                r["fill"] = fill_through(s, sec, c, path, P.fio_size,
+                                         fill0 if fs == f else None)
             for key, _, job in FIO_JOBS:
                 # O_DIRECT readers allocate no page cache: priming (FUSE-NOTES lesson 8) only
                 # matters for bindfs, which reads the local file through the page cache.
@@ -360,7 +433,7 @@ def wl_fio(s, sec):
             d = root / f"suite-fio-{c.key}"
             shutil.rmtree(s.b.backing / f"suite-fio-{c.key}", ignore_errors=True)
             os.makedirs(d, exist_ok=True)
-            s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.fio_write)
+            s.prepare(c, prime=T.WRITE_PRIME_FACTOR * P.fio_write)
             cmd = ["fio", "--name=write", "--filename=" + str(d / "w.bin").replace(":", "\\:"),
                    "--rw=write", "--bs=1M", f"--size={P.fio_write}", "--ioengine=psync",
                    "--fallocate=none", "--end_fsync=1", "--output-format=json"]
@@ -419,7 +492,7 @@ def wl_fio(s, sec):
                 + (f"{w['wall'] + (w['quiesce'] or 0):.1f} s" if w.get("ok") else "-") + " | "
                 + (f"{w['durable_mbps']:,.0f}" if w.get("ok") else "-") + " |")
     sec.add("")
-    for key in ("tierfs", "rclone"):
+    for key in ("tierfs-default", "tierfs", "rclone"):
         fl = (res.get(key) or {}).get("fill")
         if fl:
             sec.add(f"- {key} fill: " + "; ".join(
@@ -437,12 +510,15 @@ def wl_fio(s, sec):
         fld = "mbps" if job == "seq" else "iops"
         sec.metric(f"fio {label} {'MB/s' if fld == 'mbps' else 'IOPS'}", fld,
                    {k: val(k, job, fld) for k in READERS})
-    for t in ("tierfs", "tierfs-wb"):
-        keys = [k for k in WRITERS if k == t or "tierfs" not in k]
+    for t in [x for x in ("tierfs", "tierfs-wb") if x in s.keys(WRITERS)]:
+        keys = [k for k in s.keys(WRITERS) if k == t or "tierfs" not in k
+                or (t == "tierfs" and k == "tierfs-default")]
         sec.metric(f"fio seq write 1 MiB + fsync MB/s ({t})", "MB/s",
                    {k: val(k, "write", "mbps") for k in keys}, tierfs=t)
         sec.metric(f"fio seq write until on the store MB/s ({t})", "MB/s",
                    {k: val(k, "write", "durable_mbps") for k in keys}, tierfs=t)
+    if fs is not None:
+        seqcold_report(s, sec, res, fs, P)
     sec.panels += [
         {"kind": "bars", "title": "fio reads (SSD tier warm)", "unit": "MB/s / IOPS (log)",
          "log": True, "categories": ["seq 1M QD16 MB/s", "4K QD1 IOPS", "4K QD32 IOPS"],
@@ -463,13 +539,85 @@ def wl_fio(s, sec):
     ]
 
 
+# Cold and warm sequential read of a whole file (the sshfs profile's fio section): the issue's
+# "cold sequential read of a 1 GiB file (fio, 1 MiB blocks) through tierfs >= 0.9x the store's
+# own" and "warm sequential after drop_caches >= 3x rclone", in the same run.
+
+SEQCOLD = ["store", "tierfs-default", "tierfs", "rclone"]
+SEQCOLD_TARGETS = [  # (phase, tierfs key, peer key, target ratio)
+    ("cold", "tierfs-default", "store", 0.9), ("cold", "tierfs", "store", 0.9),
+    ("warm", "tierfs-default", "rclone", 3.0), ("warm", "tierfs", "rclone", 3.0)]
+
+
+def seq_whole(s, sec, c, path: Path, size: int, phase: str) -> dict:
+    """fio reading the whole file once, 1 MiB psync reads, buffered (as cp or cat would)."""
+    cmd = ["fio", f"--name=seq{phase}", "--filename=" + str(path).replace(":", "\\:"),
+           "--rw=read", "--bs=1M", "--ioengine=psync", "--direct=0", f"--size={size}",
+           "--readonly", "--output-format=json"]
+    t0 = c.stats()
+    dt, p, sl = s.timed(sec, cmd, max(600, size / 2e6))
+    x = fio_parse(p)
+    x.update(slow=sl.get("bytes_read"), wall=dt, backing=backing_delta(c, t0, c.stats()))
+    if x["ok"]:
+        s.served(sec, c.key, read=x["io_bytes"])
+        R.log(f"fio {c.key} sequential {phase}: {x['mbps']:,.1f} MB/s, store served "
+              f"{hb(x['slow'])}")
+    else:
+        R.log(f"fio {c.key} sequential {phase}: {x['error']}")
+    return x
+
+
+def seqcold_report(s, sec, res, fs: Path, P) -> None:
+    def v(key, phase):
+        x = (res.get(key) or {}).get(f"seq{phase}") or {}
+        return x.get("mbps") if x.get("ok") else None
+
+    sec.add(f"**Sequential read of a whole file, cold and warm** (`{fs.name}`, "
+            f"{R.human(P.seqcold_size)}, random): fio `--rw=read --bs=1M --ioengine=psync "
+            f"--direct=0 --size={P.seqcold_size}` (buffered, as `cp` would read, in the reader "
+            "cgroup), first thing after each contender's fresh mount (empty cache, a new sshfs "
+            "mount under it): **cold**; then `sync; echo 3 > /proc/sys/vm/drop_caches` (no "
+            "remount) and the same again: **warm** (tierfs: its RAM/SSD tiers; rclone: its "
+            "cache file; the store: sshfs fetches it again).", "")
+    sec.add("| contender | cold MB/s | warm MB/s (after drop_caches) | store read cold / warm "
+            "| tierfs store reads cold / warm |", "|---|---:|---:|---:|---|")
+    for key in SEQCOLD:
+        r = res.get(key)
+        if not r or "seqcold" not in r:
+            continue
+        cold, warm = r.get("seqcold") or {}, r.get("seqwarm") or {}
+        bk = [(x.get("backing") or {}).get("read_bytes") if x.get("backing") else None
+              for x in (cold, warm)]
+        sec.add(f"| {s.c[key].short} | {md(v(key, 'cold'), ',.1f')} | "
+                f"{md(v(key, 'warm'), ',.1f')} | {hb(cold.get('slow'))} / {hb(warm.get('slow'))}"
+                " | " + (" / ".join(hb(b) for b in bk) if cold.get("backing") else "-") + " |")
+    sec.add("")
+    sec.add("| target (same run) | measured | ratio | verdict |", "|---|---|---:|---|")
+    for phase, t, peer, target in SEQCOLD_TARGETS:
+        a, b = v(t, phase), v(peer, phase)
+        ratio = a / b if a and b else None
+        sec.add(f"| {phase} sequential read: {t} / {peer} >= {target:g}x | {t} {md(a, ',.1f')}"
+                f" MB/s, {peer} {md(b, ',.1f')} MB/s | "
+                + (f"**{R.rx(ratio)}**" if ratio else "n/a") + " | "
+                + ("n/a" if ratio is None else "PASS" if ratio >= target else "FAIL") + " |")
+    sec.add("")
+    sec.metric(f"fio cold sequential read {R.human(P.seqcold_size)} MB/s", "MB/s",
+               {k: v(k, "cold") for k in SEQCOLD if k in res})
+    sec.metric(f"fio warm sequential read {R.human(P.seqcold_size)} after drop_caches MB/s",
+               "MB/s", {k: v(k, "warm") for k in SEQCOLD if k in res})
+    sec.panels.append({"kind": "bars", "title": f"sequential read of {R.human(P.seqcold_size)}, "
+                       "cold and warm", "unit": "MB/s", "categories": ["cold", "warm"],
+                       "series": [{"name": k, "values": [v(k, "cold"), v(k, "warm")]}
+                                  for k in SEQCOLD if k in res]})
+
+
 # ---------------------------------------------------------------------------------------------
 # 4. write job (seed 001) + untar
 
 def wl_write(s, sec):
     P = params(s)
     try:
-        tar = R.untar_tarball(False, max_files=P.untar_files)
+        tar = T.untar_tarball(False, max_files=P.untar_files)
     except R.BenchError as e:
         tar = None
         sec.errors["untar source"] = str(e)
@@ -481,9 +629,9 @@ def wl_write(s, sec):
         r = res.setdefault(c.key, {})
         d = root / f"suite-write-{c.key}"
         os.makedirs(d, exist_ok=True)
-        cmd = [R.SYS_PYTHON, R.CHUNK, d / "chunk.bin", str(P.write_size), "--bs",
-               str(R.WRITE_BS), "--hash"]
-        s.prepare(c, prime=R.WRITE_PRIME_FACTOR * P.write_size)
+        cmd = [R.SYS_PYTHON, T.CHUNK, d / "chunk.bin", str(P.write_size), "--bs",
+               str(T.WRITE_BS), "--hash"]
+        s.prepare(c, prime=T.WRITE_PRIME_FACTOR * P.write_size)
         dt, p, sl = s.timed(sec, cmd, max(900, P.write_size / 1e6), cgroup=False)
         ch = json.loads(p.stdout.strip().splitlines()[-1])
         s.served(sec, c.key, write=P.write_size)
@@ -529,8 +677,8 @@ def wl_write(s, sec):
     sec.add(f"**Write job** (seed 001, `bench/lib/chunk.py`): `open(O_CREAT|O_TRUNC)`, "
             f"{R.human(P.write_size)} in 512 KiB `write(2)`s of incompressible data, `fsync`, "
             "`close`, each timed on its own; caches dropped and memory primed first "
-            f"({R.WRITE_PRIME_FACTOR}x the bytes written, every contender alike: a cache "
-            "touches written data more than once, see `WRITE_PRIME_FACTOR` in bench/run). "
+            f"({T.WRITE_PRIME_FACTOR}x the bytes written, every contender alike: a cache "
+            "touches written data more than once, see `WRITE_PRIME_FACTOR` in bench/lib/testdata.py). "
             + (f"**Untar**: `tar -xf` of {tar['files']:,} files / {tar['dirs']:,} directories "
                f"({R.human(tar['bytes'])}; crates.io sources of the first {tar['crates']} "
                f"crates of `Cargo.lock`, normalized tarball `{Path(tar['tarball']).name}`) "
@@ -572,14 +720,17 @@ def wl_write(s, sec):
         return tar["files"] / (u["untar_s"] + u["sync_s"] + ((u["quiesce"] or 0) if with_q
                                                                else 0))
 
-    for t in ("tierfs", "tierfs-wb"):
-        keys = [k for k in WRITERS if k == t or "tierfs" not in k]
+    for t in [x for x in ("tierfs", "tierfs-wb") if x in s.keys(WRITERS)]:
+        keys = [k for k in s.keys(WRITERS) if k == t or "tierfs" not in k
+                or (t == "tierfs" and k == "tierfs-default")]
         sec.metric(f"write job {R.human(P.write_size)} incl. fsync MB/s ({t})", "MB/s",
                    {k: job(k) for k in keys}, tierfs=t)
         sec.metric(f"untar + sync -f files/s ({t})", "files/s", {k: untar(k) for k in keys},
                    tierfs=t)
-    sec.metric("untar until on the store files/s (tierfs-wb)", "files/s",
-               {k: untar(k, True) for k in WRITERS if k != "tierfs"}, tierfs="tierfs-wb")
+    if "tierfs-wb" in s.keys(WRITERS):
+        sec.metric("untar until on the store files/s (tierfs-wb)", "files/s",
+                   {k: untar(k, True) for k in WRITERS if "tierfs" not in k or k == "tierfs-wb"},
+                   tierfs="tierfs-wb")
     sec.panels += [
         {"kind": "bars", "title": f"write job {R.human(P.write_size)}", "unit": "MB/s (log)",
          "log": True, "categories": ["write phase", "job incl. fsync", "until on the store"],
@@ -597,7 +748,7 @@ def wl_write(s, sec):
 
 def wl_mixed(s, sec):
     P = params(s)
-    tree, man = R.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
+    tree, man = T.make_grep_tree(s.b.backing, P.grep_files, P.grep_seed)
     rdir = tree / "d00"
     nfiles = sum(len(fs) for _, _, fs in os.walk(rdir))
     nbytes = sum(os.path.getsize(os.path.join(r_, f)) for r_, _, fs in os.walk(rdir)
@@ -663,8 +814,9 @@ def wl_mixed(s, sec):
     def g(k, ph, fld):
         return ((res.get(k) or {}).get(ph) or {}).get(fld)
 
-    for t in ("tierfs", "tierfs-wb"):
-        keys = [k for k in WRITERS if k == t or "tierfs" not in k]
+    for t in [x for x in ("tierfs", "tierfs-wb") if x in s.keys(WRITERS)]:
+        keys = [k for k in s.keys(WRITERS) if k == t or "tierfs" not in k
+                or (t == "tierfs" and k == "tierfs-default")]
         sec.metric(f"mixed: reads/s while writers run ({t})", "reads/s",
                    {k: g(k, "mixed", "reads_per_s") for k in keys}, tierfs=t)
         sec.metric(f"mixed: writes/s next to readers ({t})", "writes/s",
@@ -803,7 +955,7 @@ def wl_memory(s, sec):
         R.log(f"memory {c.key}: reader ({n} passes) alone {r['mbps_alone']:,.0f} MB/s, next "
               f"to the hog {r['mbps']:,.0f} MB/s; hog {r['hog']:.1f} s (alone {t_alone:.1f} s)")
 
-    s.each(sec, ["tierfs", "rclone", "bindfs", "local"], body)
+    s.each(sec, CACHED, body)
 
     total = meminfo("MemTotal")
     sec.add(f"A memory-hungry job next to a cached read loop (seed 004). **Hog**: "
@@ -829,7 +981,7 @@ def wl_memory(s, sec):
     sec.add("| contender | passes | reader alone MB/s | reader next to hog MB/s | with / alone | "
             "hog next to reader s | hog slowdown | daemon RSS max alone / with hog | RAM tier "
             "min / max with hog | MemAvailable min |", "|---|" + "---:|" * 9)
-    keys = ["tierfs", "rclone", "bindfs", "local"]
+    keys = CACHED
     for key in keys:
         r = res.get(key)
         if not r or "hog" not in r:
@@ -920,7 +1072,7 @@ def wl_concurrency(s, sec):
                 R.log(f"concurrency {c.key} {bs} x{n}: " + (f"{x['mbps']:,.0f} MB/s, "
                       f"{x['iops']:,.0f} IOPS" if x["ok"] else x["error"]))
 
-    s.each(sec, ["tierfs", "rclone", "bindfs", "local"], body)
+    s.each(sec, CACHED, body)
 
     sec.add(f"Cached random reads of `{f.name}` ({R.human(P.conc_file)}; fits tierfs's RAM tier "
             f"of {R.human(s.M)}) with 1, 2 and 4 reader threads (fio `--ioengine=psync "
@@ -938,7 +1090,7 @@ def wl_concurrency(s, sec):
         x = (res.get(k) or {}).get((bs, n)) or {}
         return x.get(fld) if x.get("ok") else None
 
-    for k in ["tierfs", "rclone", "bindfs", "local"]:
+    for k in CACHED:
         if k not in res:
             continue
         for bs in ("4k", "1M"):
@@ -949,7 +1101,7 @@ def wl_concurrency(s, sec):
             sec.add(f"| {s.c[k].short} | {bs} | " + " | ".join(cells) + f" | {sc[0]} | "
                     f"{sc[1]} | {md(v(k, bs, 1, 'p99_us'))} / {md(v(k, bs, 4, 'p99_us'))} |")
     sec.add("")
-    keys = ["tierfs", "rclone", "bindfs", "local"]
+    keys = CACHED
     sec.metric("concurrency: 4 KiB random, 4 threads IOPS", "IOPS",
                {k: v(k, "4k", 4, "iops") for k in keys})
     sec.metric("concurrency: 1 MiB random, 4 threads MB/s", "MB/s",
@@ -964,6 +1116,121 @@ def wl_concurrency(s, sec):
                                       for k in keys if k in res]})
 
 
+# ---------------------------------------------------------------------------------------------
+# dirstat: metadata of one directory of small files (the sshfs profile's inode renumbering)
+
+def stat_run(s, sec, c, path: Path, label: str, stat: bool = True, du: bool = True) -> dict:
+    """`find DIR -type f -exec stat ... +` (stats/s; the inode number of every file is kept)
+    and `du -s DIR` (seconds); tierfs's store requests over both."""
+    out: dict = {}
+    t0 = c.stats()
+    if stat:
+        cmd = ["find", str(path), "-type", "f", "-exec", "stat", "-c", "%i %s %Y %n", "{}", "+"]
+        dt, p, sl = s.timed(sec, cmd, 900)
+        rows = [ln.split(" ", 3) for ln in (p.stdout or "").splitlines() if ln.strip()]
+        out.update(stat_s=dt, files=len(rows), stats_s=len(rows) / dt if dt else None,
+                   inodes={Path(r[3]).name: r[0] for r in rows if len(r) == 4},
+                   slow_stat=sl.get("bytes_read"))
+    if du:
+        dt, p, sl = s.timed(sec, ["du", "-s", str(path)], 900)
+        out.update(du_s=dt, du_kib=int((p.stdout or "0").split()[0]), slow_du=sl.get("bytes_read"))
+    out["backing"] = backing_delta(c, t0, c.stats())
+    R.log(f"dirstat {c.key} {label}: "
+          + (f"{out['stats_s']:,.0f} stats/s ({out['files']} files) " if stat else "")
+          + (f"du -s {out['du_s']:.3f} s" if du else ""))
+    return out
+
+
+def wl_dirstat(s, sec):
+    P = params(s)
+    d, man = T.make_stat_dir(s.b.backing, P.dirstat_files, P.dirstat_size)
+    sec.skipped["tierfs-wb"] = READ_SAME
+    res: dict = {}
+
+    def body(c, root):
+        r = res.setdefault(c.key, {})
+        path = root / d.name
+        s.prepare(c, warm_dirs=[d])
+        r["cold"] = stat_run(s, sec, c, path, "cold", du=False)
+        r["warm"] = stat_run(s, sec, c, path, "warm")
+        s.prepare(c, warm_dirs=[d])  # drop_caches, no remount
+        r["dropped"] = stat_run(s, sec, c, path, "after drop_caches")
+        r["mount_s"] = s.remount(sec, c, fresh=True)
+        s.prepare(c, warm_dirs=[d])
+        r["du_cold"] = stat_run(s, sec, c, path, "du cold", stat=False)
+
+    s.each(sec, READERS, body)
+    sec.add(f"One directory, `{d.name}`: **{man['files']:,} files** of {man['size']:,} bytes "
+            "(random). Per contender, in order: **cold**: fresh mount (empty cache; sshfs "
+            "profile: a new sshfs mount under it), caches dropped, `find DIR -type f -exec stat "
+            "-c '%i %s %Y %n' {} +` (stats/s = files / seconds); **warm**: the same again at "
+            "once, then `du -s DIR`; **after drop_caches**: `sync; echo 3 > "
+            "/proc/sys/vm/drop_caches` without a remount (the kernel forgets its inodes: sshfs "
+            "then numbers them anew), stat pass and `du -s` again; **du cold**: unmount, mount "
+            "fresh with an empty cache, caches dropped, `du -s DIR`. *inode numbers changed*: "
+            "files whose `st_ino` differs from the cold pass. " + emu_line(s, sec), "")
+    sec.add("| contender | cold stats/s | warm stats/s | after drop_caches stats/s | du -s cold "
+            "| du -s warm | du -s after drop_caches | inode numbers changed warm / after "
+            "drop_caches | store read cold / warm / dropped / du cold |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def g(key, ph, fld):
+        return ((res.get(key) or {}).get(ph) or {}).get(fld)
+
+    def changed(key, ph):
+        a, b = g(key, "cold", "inodes"), g(key, ph, "inodes")
+        if not a or not b:
+            return "-"
+        return f"{sum(1 for n, i in b.items() if a.get(n) != i):,}"
+
+    def both(key, ph):
+        a, b = g(key, ph, "slow_stat"), g(key, ph, "slow_du")
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    for key in READERS:
+        r = res.get(key)
+        if not r or "cold" not in r:
+            continue
+        slow = [g(key, "cold", "slow_stat"), both(key, "warm"), both(key, "dropped"),
+                g(key, "du_cold", "slow_du")]
+        bad = [f"{ph}: {g(key, ph, 'files')} files" for ph in ("cold", "warm", "dropped")
+               if g(key, ph, "files") not in (None, man["files"])]
+        sec.add(f"| {s.c[key].short} | {md(g(key, 'cold', 'stats_s'))} | "
+                f"{md(g(key, 'warm', 'stats_s'))} | {md(g(key, 'dropped', 'stats_s'))} | "
+                f"{md(g(key, 'du_cold', 'du_s'), '.3f', ' s')} | "
+                f"{md(g(key, 'warm', 'du_s'), '.3f', ' s')} | "
+                f"{md(g(key, 'dropped', 'du_s'), '.3f', ' s')} | {changed(key, 'warm')} / "
+                f"{changed(key, 'dropped')} | " + " / ".join(hb(x) for x in slow) + " |"
+                + (f" WRONG COUNT ({'; '.join(bad)})" if bad else ""))
+    sec.add("")
+    for key in READERS:
+        r = res.get(key) or {}
+        if isinstance(s.c[key], C.Tierfs) and r.get("cold"):
+            sec.add(f"{key} asked the store (`tierfs stats --json` backing counters per "
+                    "phase): " + backing_text([(ph, (r.get(k) or {}).get("backing")) for ph, k in
+                                               (("cold", "cold"), ("warm", "warm"),
+                                                ("after drop_caches", "dropped"),
+                                                ("du cold", "du_cold"))]) + ".", "")
+    for m_, ph in (("cold", "cold"), ("warm", "warm"), ("after drop_caches", "dropped")):
+        sec.metric(f"dirstat {man['files']:,} files: find -exec stat {m_} stats/s", "stats/s",
+                   {k: g(k, ph, "stats_s") for k in res})
+    for m_, ph in (("cold", "du_cold"), ("after drop_caches", "dropped")):
+        sec.metric(f"dirstat: du -s {m_} (ratio as speed)", "1/s",
+                   {k: 1 / g(k, ph, "du_s") for k in res if g(k, ph, "du_s")},
+                   note="speed = 1 / seconds")
+    sec.panels.append({"kind": "bars", "title": f"find -exec stat, {man['files']:,} files",
+                       "unit": "stats/s (log)", "log": True,
+                       "categories": ["cold", "warm", "after drop_caches"],
+                       "series": [{"name": k, "values": [g(k, ph, "stats_s") for ph in
+                                                         ("cold", "warm", "dropped")]}
+                                  for k in res]})
+    sec.panels.append({"kind": "bars", "title": "du -s", "unit": "seconds (log)", "log": True,
+                       "categories": ["cold", "warm", "after drop_caches"],
+                       "series": [{"name": k, "values": [g(k, ph, "du_s") for ph in
+                                                         ("du_cold", "warm", "dropped")]}
+                                  for k in res]})
+
+
 WORKLOADS = {
     "md5": (wl_md5, "1. md5 loop over a file twice the memory budget, 6 passes (seed 002)"),
     "grep": (wl_grep, "2. grep -r over many small files: cold, warm, after remount (seed 000)"),
@@ -975,5 +1242,8 @@ WORKLOADS = {
                           "(seed 004)"),
     "concurrency": (wl_concurrency, "cached 4 KiB / 1 MiB random reads with 1, 2, 4 threads "
                                     "(issue 5 point 3)"),
+    "dirstat": (wl_dirstat, "metadata of one directory of 1,000 small files: find -exec stat "
+                            "and du -s, cold, warm, after drop_caches"),
 }
-ORDER = list(WORKLOADS)
+# The default job list (no WORKLOAD named); dirstat runs when named (e.g. dirstat@sshfs).
+ORDER = ["md5", "grep", "fio", "write", "mixed", "memory", "concurrency"]

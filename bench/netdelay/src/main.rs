@@ -1,0 +1,237 @@
+//! tierfs-netdelay: a TCP relay that adds a fixed one-way delay in each direction, for
+//! benchmarking over a network link with a round trip the kernel cannot add here (no `netem`).
+//!
+//! Every accepted connection gets a connection to `--connect`; per direction a reader thread
+//! reads what arrives (up to 256 KiB at a time), stamps it with its arrival time and queues it;
+//! a writer thread sends each chunk once `arrival + delay` has passed. The two are pipelined,
+//! so the delay is added to every byte without capping throughput (the queue is bounded only to
+//! keep a stalled peer from growing it without end). `--stats` serves the byte counters as one
+//! JSON line to whoever connects there.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tierfs-netdelay",
+    about = "TCP relay adding a fixed one-way delay in each direction (pipelined, no rate cap)"
+)]
+struct Args {
+    /// Address to listen on, e.g. 127.0.0.1:2222.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Address every accepted connection is relayed to, e.g. 10.77.0.2:22.
+    #[arg(long)]
+    connect: SocketAddr,
+    /// One-way delay added in each direction, microseconds (round trip: twice this).
+    #[arg(long, default_value_t = 2000)]
+    delay_us: u64,
+    /// Optional address serving the counters as one JSON line per connection.
+    #[arg(long)]
+    stats: Option<SocketAddr>,
+    /// Largest chunk one read takes from a socket, bytes.
+    #[arg(long, default_value_t = 256 << 10)]
+    chunk: usize,
+    /// Chunks queued per direction before the reader waits for the writer.
+    #[arg(long, default_value_t = 1024)]
+    queue: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    active: AtomicU64,
+    /// Client to server (what the relay's clients send: requests, written data).
+    bytes_up: AtomicU64,
+    /// Server to client (replies, read data).
+    bytes_down: AtomicU64,
+    chunks: AtomicU64,
+    /// Chunks sent later than `arrival + delay + 1 ms` (a busy CPU, a slow peer).
+    late_chunks: AtomicU64,
+}
+
+impl Counters {
+    fn json(&self, delay_us: u64) -> String {
+        format!(
+            "{{\"delay_us\":{},\"connections\":{},\"active\":{},\"bytes_up\":{},\
+             \"bytes_down\":{},\"chunks\":{},\"late_chunks\":{}}}\n",
+            delay_us,
+            self.connections.load(Relaxed),
+            self.active.load(Relaxed),
+            self.bytes_up.load(Relaxed),
+            self.bytes_down.load(Relaxed),
+            self.chunks.load(Relaxed),
+            self.late_chunks.load(Relaxed),
+        )
+    }
+}
+
+/// A chunk read from one side, with the time it arrived; `None` data = end of stream.
+struct Chunk {
+    at: Instant,
+    data: Option<Vec<u8>>,
+}
+
+fn reader(mut src: TcpStream, tx: SyncSender<Chunk>, chunk: usize) {
+    let mut buf = vec![0u8; chunk];
+    loop {
+        match src.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                let _ = tx.send(Chunk {
+                    at: Instant::now(),
+                    data: None,
+                });
+                return;
+            }
+            Ok(n) => {
+                let c = Chunk {
+                    at: Instant::now(),
+                    data: Some(buf[..n].to_vec()),
+                };
+                if tx.send(c).is_err() {
+                    return; // the writer gave up: its peer is gone
+                }
+            }
+        }
+    }
+}
+
+fn writer(
+    mut dst: TcpStream,
+    src: TcpStream,
+    rx: Receiver<Chunk>,
+    delay: Duration,
+    bytes: &AtomicU64,
+    c: &Counters,
+) {
+    let late = delay + Duration::from_millis(1);
+    for Chunk { at, data } in rx {
+        let due = at + delay;
+        let now = Instant::now();
+        if due > now {
+            thread::sleep(due - now);
+        } else if now - at > late {
+            c.late_chunks.fetch_add(1, Relaxed);
+        }
+        match data {
+            Some(d) => {
+                if dst.write_all(&d).is_err() {
+                    break;
+                }
+                bytes.fetch_add(d.len() as u64, Relaxed);
+                c.chunks.fetch_add(1, Relaxed);
+            }
+            None => {
+                // The sending side closed: pass the half-close on, after the delay.
+                let _ = dst.shutdown(Shutdown::Write);
+                return;
+            }
+        }
+    }
+    // The receiving side is gone: stop reading from the sender too, so both ends close.
+    let _ = src.shutdown(Shutdown::Both);
+    let _ = dst.shutdown(Shutdown::Both);
+}
+
+fn relay(client: TcpStream, args: &Args, c: Arc<Counters>) {
+    let server = match TcpStream::connect_timeout(&args.connect, Duration::from_secs(10)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tierfs-netdelay: connect {}: {e}", args.connect);
+            return;
+        }
+    };
+    for s in [&client, &server] {
+        let _ = s.set_nodelay(true);
+    }
+    let delay = Duration::from_micros(args.delay_us);
+    c.connections.fetch_add(1, Relaxed);
+    c.active.fetch_add(1, Relaxed);
+    let mut handles = Vec::new();
+    for up in [true, false] {
+        let (from, to) = if up {
+            (&client, &server)
+        } else {
+            (&server, &client)
+        };
+        let (tx, rx) = sync_channel::<Chunk>(args.queue);
+        let (r_src, w_dst, w_src) = match (from.try_clone(), to.try_clone(), from.try_clone()) {
+            (Ok(a), Ok(b), Ok(d)) => (a, b, d),
+            _ => {
+                eprintln!("tierfs-netdelay: cannot clone a socket");
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                c.active.fetch_sub(1, Relaxed);
+                return;
+            }
+        };
+        let chunk = args.chunk;
+        handles.push(thread::spawn(move || reader(r_src, tx, chunk)));
+        let cw = c.clone();
+        handles.push(thread::spawn(move || {
+            let bytes = if up { &cw.bytes_up } else { &cw.bytes_down };
+            writer(w_dst, w_src, rx, delay, bytes, &cw);
+        }));
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    c.active.fetch_sub(1, Relaxed);
+}
+
+fn serve_stats(addr: SocketAddr, c: Arc<Counters>, delay_us: u64) {
+    let l = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tierfs-netdelay: stats listener {addr}: {e}");
+            std::process::exit(1);
+        }
+    };
+    for mut s in l.incoming().flatten() {
+        let _ = s.write_all(c.json(delay_us).as_bytes());
+    }
+}
+
+fn main() {
+    let args = Arc::new(Args::parse());
+    if args.chunk == 0 || args.queue == 0 {
+        eprintln!("tierfs-netdelay: --chunk and --queue must be positive");
+        std::process::exit(2);
+    }
+    let listener = match TcpListener::bind(args.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tierfs-netdelay: listen {}: {e}", args.listen);
+            std::process::exit(1);
+        }
+    };
+    let c = Arc::new(Counters::default());
+    if let Some(addr) = args.stats {
+        let (c2, d) = (c.clone(), args.delay_us);
+        thread::spawn(move || serve_stats(addr, c2, d));
+    }
+    eprintln!(
+        "tierfs-netdelay: listening on {}, relaying to {}, {} us each way",
+        args.listen, args.connect, args.delay_us
+    );
+    loop {
+        match listener.accept() {
+            Ok((client, _)) => {
+                let (a, c2) = (args.clone(), c.clone());
+                thread::spawn(move || relay(client, &a, c2));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("tierfs-netdelay: accept: {e}");
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
