@@ -275,7 +275,7 @@ fn ram_tier_gives_memory_back_to_a_hog() {
     let _serial = serial();
     let m = BinMount::unmounted_in(Path::new(TMP));
     let mnt = m.mnt.clone();
-    with_timeout(Duration::from_secs(240), vec![mnt.clone()], move || {
+    with_timeout(Duration::from_secs(360), vec![mnt.clone()], move || {
         let hot = hot_bytes();
         let files = make_files(&m.backing, (hot / FILE) as usize);
         settle();
@@ -327,8 +327,20 @@ fn ram_tier_gives_memory_back_to_a_hog() {
             mib(target),
             mib(avail)
         );
-        wait_for("the hog's memory", Duration::from_secs(60), || {
-            hog.state().done.is_some()
+        // How fast a host hands out fresh memory varies (a VM faulting it in from its
+        // hypervisor took 250-400 MB/s here): wait while the hog still makes progress.
+        let mut progress = (0u64, Instant::now());
+        wait_for("the hog's memory", Duration::from_secs(200), || {
+            let st = hog.state();
+            if st.held > progress.0 {
+                progress = (st.held, Instant::now());
+            }
+            assert!(
+                progress.1.elapsed() < Duration::from_secs(30),
+                "the hog took no memory for 30 s (holds {:.0} MiB)",
+                mib(st.held)
+            );
+            st.done.is_some()
         });
         let hs = hog.state();
         let t_done = hs.done.unwrap();

@@ -38,6 +38,18 @@ pub struct Entry {
     pub age: std::time::Duration,
 }
 
+/// An opened directory.
+#[derive(Clone, Copy, Debug)]
+pub struct DirOpen {
+    pub fh: u64,
+    /// The kernel may cache the directory's entries (FOPEN_CACHE_DIR): listings are
+    /// revalidated by `meta.ttl` like everything else.
+    pub cache: bool,
+    /// It may keep what it cached at the previous opendir: the names are unchanged since
+    /// (FOPEN_KEEP_CACHE).
+    pub keep_cache: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct OpenReply {
     pub fh: u64,
@@ -205,6 +217,11 @@ impl<S: Store> Fs<S> {
 
     pub fn config(&self) -> &FsConfig {
         &self.cfg
+    }
+
+    /// Whether the metadata cache is in use (`meta.ttl` and `meta.max_entries` above 0).
+    pub fn meta_cache_enabled(&self) -> bool {
+        self.meta.enabled()
     }
 
     pub fn ram(&self) -> &RamCache {
@@ -1301,7 +1318,7 @@ impl<S: Store> Fs<S> {
 
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
     /// stay valid while the directory changes.
-    pub fn opendir(&self, ino: u64) -> Result<u64> {
+    pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
         let i = self.inode(ino)?;
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
@@ -1326,12 +1343,22 @@ impl<S: Store> Fs<S> {
                 })
                 .collect(),
         };
-        Ok(self.add_dir_handle(ino, listing))
+        Ok(self.dir_open(&i, listing))
+    }
+
+    /// A directory handle for `listing`, and what the kernel may do with its copy.
+    fn dir_open(&self, i: &Inode<St<S>>, listing: Vec<(OsString, FileKind, u64)>) -> DirOpen {
+        let fh = self.add_dir_handle(i.ino, listing);
+        DirOpen {
+            fh,
+            cache: self.meta.enabled(),
+            keep_cache: self.meta.enabled() && self.meta.opened(i.id()),
+        }
     }
 
     /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
     /// memory) has the listing: no I/O, for the FUSE thread itself.
-    pub fn opendir_fast(&self, ino: u64) -> Option<u64> {
+    pub fn opendir_fast(&self, ino: u64) -> Option<DirOpen> {
         let i = self.inodes.get(ino)?;
         if i.kind != FileKind::Dir {
             return None;
@@ -1340,7 +1367,7 @@ impl<S: Store> Fs<S> {
             self.restore_listing(&i, true);
         }
         let listing = self.cached_listing(&i)?;
-        Some(self.add_dir_handle(ino, listing))
+        Some(self.dir_open(&i, listing))
     }
 
     /// A fresh cached listing as (name, kind, kernel inode).

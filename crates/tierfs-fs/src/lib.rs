@@ -25,7 +25,7 @@ mod writebuf;
 pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};
 pub use file_state::RACY_WINDOW;
-pub use fs::{DirEntryOut, Entry, Fs, OpenReply, Requester};
+pub use fs::{DirEntryOut, DirOpen, Entry, Fs, OpenReply, Requester};
 pub use pool::Pool;
 pub use served::KernelCache;
 pub use stats::{FsStats, StatsSnapshot, GAUGES};

@@ -39,6 +39,17 @@ pub struct Listing {
     /// in that order.
     order: Vec<OsString>,
     pub validated: Instant,
+    /// Names this listing as it stands: a new one whenever a name comes or goes.
+    version: u64,
+    /// The version the kernel was last given at an opendir (it caches directory contents,
+    /// FOPEN_CACHE_DIR, and may keep them while they are unchanged).
+    opened: Option<u64>,
+}
+
+static NEXT_LISTING_VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_version() -> u64 {
+    NEXT_LISTING_VERSION.fetch_add(1, Relaxed)
 }
 
 pub struct MetaCache {
@@ -192,12 +203,22 @@ impl MetaCache {
             );
             self.put_attr(a, at);
         }
+        // A relisting that found the same names keeps its version: the kernel's copy of them
+        // is still right.
+        let (version, opened) = match self.dirs.get(&dir) {
+            Some(old) if old.order == order && old.names.len() == names.len() => {
+                (old.version, old.opened)
+            }
+            _ => (next_version(), None),
+        };
         self.dirs.insert(
             dir,
             Listing {
                 names,
                 order,
                 validated: at,
+                version,
+                opened,
             },
         );
     }
@@ -218,6 +239,7 @@ impl MetaCache {
             if new {
                 l.order.push(name.to_owned());
             }
+            l.version = next_version();
         }
         self.put_attr(attr, Instant::now());
         // The directory's own mtime/ctime moved.
@@ -234,22 +256,34 @@ impl MetaCache {
             };
             if l.names.insert(name.to_owned(), child).is_none() {
                 l.order.push(name.to_owned());
+                l.version = next_version();
             }
         }
     }
 
     /// Our own operation removed `name` from `dir` (unlink, rmdir, rename source).
     pub fn remove_name(&self, dir: Ident, name: &OsStr) -> Option<Child> {
-        let removed = self
-            .dirs
-            .get_mut(&dir)
-            .and_then(|mut l| l.names.remove(name));
+        let removed = self.dirs.get_mut(&dir).and_then(|mut l| {
+            l.version = next_version();
+            l.names.remove(name)
+        });
         if let Some(c) = removed {
             // Its link count and ctime changed.
             self.attrs.remove(&c.id);
         }
         self.attrs.remove(&dir);
         removed
+    }
+
+    /// The kernel is given `dir`'s listing at an opendir: whether it may keep the copy it
+    /// cached at the previous one (the names are unchanged since).
+    pub fn opened(&self, dir: Ident) -> bool {
+        let Some(mut l) = self.dirs.get_mut(&dir) else {
+            return false;
+        };
+        let keep = l.opened == Some(l.version);
+        l.opened = Some(l.version);
+        keep
     }
 
     /// Forgets what we know of `dir`'s names (an operation whose effect we cannot follow).
