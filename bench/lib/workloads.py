@@ -55,6 +55,7 @@ class Params:
     seqcold_size: int
     dirstat_files: int
     dirstat_size: int
+    dirstat_reps: int
 
 
 def params(s) -> Params:
@@ -93,6 +94,7 @@ def params(s) -> Params:
         seqcold_size=(256 << 20) if q else (1 << 30),  # the issue's 1 GiB; == fio_size on sshfs
         dirstat_files=1000,
         dirstat_size=4096,
+        dirstat_reps=1 if q else 3,  # a 1,000-file pass is ~0.1-0.3 s: noisy alone
     )
 
 
@@ -1141,6 +1143,17 @@ def stat_run(s, sec, c, path: Path, label: str, stat: bool = True, du: bool = Tr
     return out
 
 
+def median_run(runs: list) -> dict:
+    """The first run's record with every number replaced by the median over the runs (the
+    odd count keeps it one measured value); inode maps and backing counters: the first run's."""
+    out = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals = sorted(r[k] for r in runs if isinstance(r.get(k), (int, float)))
+            out[k] = vals[len(vals) // 2]
+    return out
+
+
 def wl_dirstat(s, sec):
     P = params(s)
     d, man = T.make_stat_dir(s.b.backing, P.dirstat_files, P.dirstat_size)
@@ -1148,20 +1161,27 @@ def wl_dirstat(s, sec):
     res: dict = {}
 
     def body(c, root):
-        r = res.setdefault(c.key, {})
         path = root / d.name
-        s.prepare(c, warm_dirs=[d])
-        r["cold"] = stat_run(s, sec, c, path, "cold", du=False)
-        r["warm"] = stat_run(s, sec, c, path, "warm")
-        s.prepare(c, warm_dirs=[d])  # drop_caches, no remount
-        r["dropped"] = stat_run(s, sec, c, path, "after drop_caches")
-        r["mount_s"] = s.remount(sec, c, fresh=True)
-        s.prepare(c, warm_dirs=[d])
-        r["du_cold"] = stat_run(s, sec, c, path, "du cold", stat=False)
+        runs: dict = {}
+        for rep in range(P.dirstat_reps):
+            if rep:
+                s.remount(sec, c, fresh=True)
+            s.prepare(c, warm_dirs=[d])
+            runs.setdefault("cold", []).append(stat_run(s, sec, c, path, "cold", du=False))
+            runs.setdefault("warm", []).append(stat_run(s, sec, c, path, "warm"))
+            s.prepare(c, warm_dirs=[d])  # drop_caches, no remount
+            runs.setdefault("dropped", []).append(
+                stat_run(s, sec, c, path, "after drop_caches"))
+            s.remount(sec, c, fresh=True)
+            s.prepare(c, warm_dirs=[d])
+            runs.setdefault("du_cold", []).append(
+                stat_run(s, sec, c, path, "du cold", stat=False))
+        res[c.key] = {ph: median_run(rs) for ph, rs in runs.items()}
 
     s.each(sec, READERS, body)
     sec.add(f"One directory, `{d.name}`: **{man['files']:,} files** of {man['size']:,} bytes "
-            "(random). Per contender, in order: **cold**: fresh mount (empty cache; sshfs "
+            f"(random). Every number is the median of {P.dirstat_reps} rounds of what follows "
+            "(store counters: the first round's). Per contender, in order: **cold**: fresh mount (empty cache; sshfs "
             "profile: a new sshfs mount under it), caches dropped, `find DIR -type f -exec stat "
             "-c '%i %s %Y %n' {} +` (stats/s = files / seconds); **warm**: the same again at "
             "once, then `du -s DIR`; **after drop_caches**: `sync; echo 3 > "
