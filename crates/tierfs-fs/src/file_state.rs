@@ -5,38 +5,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, Fingerprint};
 
+pub use crate::version::{racy, Version};
+
 static NEXT_GEN: AtomicU64 = AtomicU64::new(1);
-
-/// How long after its last change (ctime) a file's contents are "racy": not trusted to match
-/// its fingerprint. A write(2) moves mtime/ctime when it *starts* copying, so a fetch that
-/// overlaps a write made behind our back sees a fingerprint that never moves again once the
-/// write finishes: caching those blocks (or letting the kernel keep its pages) would serve a
-/// mix of old and new data for as long as the file stays unchanged. Likewise, stores with
-/// coarse timestamps (down to 1 s) give two changes in one tick the same fingerprint. So blocks
-/// read while the file is racy are served but not cached (git's "racily clean" rule). The
-/// window covers 1 s timestamp granularity and the length of any sane single write.
-pub const RACY_WINDOW: Duration = Duration::from_secs(1);
-
-/// Whether a version with this fingerprint is too young to cache (see [`RACY_WINDOW`]).
-/// Compares the store's ctime with the local clock: a ctime further in the future than the
-/// window is taken as clock skew (an NFS server ahead of us), not as racy.
-pub fn racy(fp: &Fingerprint) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i128)
-        .unwrap_or(0);
-    (now - fp.ctime_ns as i128).unsigned_abs() < RACY_WINDOW.as_nanos()
-}
 
 fn next_gen() -> u64 {
     NEXT_GEN.fetch_add(1, Relaxed)
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct Version {
-    pub fp: Fingerprint,
-    /// Names the cached blocks of this version (see `tierfs_cache::BlockKey`).
-    pub gen: u64,
 }
 
 struct Inner {
@@ -61,7 +35,7 @@ pub struct FileState {
     pub rw: RwLock<()>,
     inner: Mutex<Inner>,
     /// Write-back: data written and not yet on the backing store (None when clean).
-    pub dirty: Mutex<Option<crate::writeback::Dirty>>,
+    pub dirty: Mutex<Option<crate::dirty::Dirty>>,
     /// `dirty` is Some: lets reads and attributes skip its lock when clean.
     pub has_dirty: AtomicBool,
     /// Bumped whenever flushed bytes leave `dirty` (see `Fs::read_over_dirty`).

@@ -28,7 +28,7 @@
 //! is never mixed with older data, and a change during a read is a concurrent write, which a
 //! local filesystem would show the reader too.
 
-use crate::file_state::Version;
+use crate::version::Version;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Release};
 use std::time::{Duration, Instant};

@@ -42,7 +42,7 @@ pub struct FsStats {
     /// without asking (FUSE no-open, `meta.cto=off`).
     pub implicit_files: AtomicU64,
     /// `tierfs warm` / `tierfs evict` requests.
-    pub warm: crate::warm::WarmCounters,
+    pub warm: WarmCounters,
     /// Bytes of backing reads in flight (their buffers; a gauge).
     pub fetch_inflight_bytes: AtomicU64,
 }
@@ -134,7 +134,7 @@ pub struct StatsSnapshot {
     pub store_id: String,
     pub block_size: u64,
     pub ram: tierfs_cache::RamStats,
-    pub backing: crate::BackingStats,
+    pub backing: crate::counted::BackingStats,
     pub read_requests: u64,
     pub read_bytes: u64,
     pub read_ram_only: u64,
@@ -160,7 +160,7 @@ pub struct StatsSnapshot {
     pub implicit_files: u64,
     /// Write-back counters; absent in write-through mode.
     #[serde(default)]
-    pub writeback: Option<crate::writeback::WbStats>,
+    pub writeback: Option<WbStats>,
     /// The memory-pressure monitor and the RAM tier's target, bufspace and wired bytes.
     #[serde(default)]
     pub pressure: tierfs_cache::PressureStats,
@@ -173,7 +173,7 @@ pub struct StatsSnapshot {
     pub open_dirs: u64,
     /// `tierfs warm` / `tierfs evict` requests.
     #[serde(default)]
-    pub warm: crate::warm::WarmStats,
+    pub warm: WarmStats,
 }
 
 impl FsStats {
@@ -183,4 +183,83 @@ impl FsStats {
     pub(crate) fn get(c: &AtomicU64) -> u64 {
         c.load(Relaxed)
     }
+}
+
+/// Counters of warm and evict requests (`tierfs stats`: `warm.*`).
+#[derive(Default)]
+pub struct WarmCounters {
+    pub(crate) files: AtomicU64,
+    pub(crate) admitted_bytes: AtomicU64,
+    pub(crate) present_bytes: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) evicted: AtomicU64,
+    pub(crate) evicted_ssd_bytes: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct WarmStats {
+    /// Files warmed.
+    pub files: u64,
+    /// Bytes warm admitted to the SSD tier, and bytes it found there already.
+    pub admitted_bytes: u64,
+    pub present_bytes: u64,
+    /// Warm requests that failed.
+    pub failed: u64,
+    /// Objects evicted, and the bytes of SSD entries that dropped.
+    pub evicted: u64,
+    pub evicted_ssd_bytes: u64,
+}
+
+impl WarmCounters {
+    pub fn snapshot(&self) -> WarmStats {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        WarmStats {
+            files: g(&self.files),
+            admitted_bytes: g(&self.admitted_bytes),
+            present_bytes: g(&self.present_bytes),
+            failed: g(&self.failed),
+            evicted: g(&self.evicted),
+            evicted_ssd_bytes: g(&self.evicted_ssd_bytes),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct WbStats {
+    pub mode: String,
+    pub dirty_bytes: u64,
+    pub dirty_files: u64,
+    pub dirty_soft: u64,
+    pub dirty_hard: u64,
+    /// Flusher threads running (`writeback.flushers`, which `tierfs ctl set` may change).
+    #[serde(default)]
+    pub flushers: u64,
+    pub oldest_dirty_ms: u64,
+    /// Bytes/s written back, over the time since the previous stats call (at least 1 s).
+    pub flush_rate_bps: u64,
+    pub written_bytes: u64,
+    /// Writes acknowledged on the FUSE thread itself (no hand-off to the I/O pool).
+    #[serde(default)]
+    pub inline_writes: u64,
+    pub flushed_bytes: u64,
+    pub flush_writes: u64,
+    pub flush_syncs: u64,
+    pub flush_errors: u64,
+    pub throttled_writes: u64,
+    pub throttle_ms: u64,
+    pub hard_waits: u64,
+    pub journal_full_waits: u64,
+    pub enospc: u64,
+    pub replayed_writes: u64,
+    pub replayed_bytes: u64,
+    pub replay_lost_files: u64,
+    pub replay_ms: u64,
+    pub reserve: ReserveStats,
+    pub journal: Option<tierfs_cache::journal::JournalStats>,
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ReserveStats {
+    pub credit_bytes: u64,
+    pub reserved_bytes: u64,
 }

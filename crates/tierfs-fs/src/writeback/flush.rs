@@ -3,8 +3,8 @@
 //! concern, and the drain at unmount.
 
 use super::Writeback;
-use crate::fs::{Fs, St};
 use crate::inode::{now_ms, Inode};
+use crate::shared::St;
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::{Arc, Weak};
@@ -29,32 +29,31 @@ pub(crate) enum Flushed {
 /// Flush runs up to this size also create the RAM-tier blocks they cover (see the flush loop).
 const ALLOCATE_MAX: u64 = 1 << 20;
 
-impl<S: Store> Fs<S> {
+impl<S: Store> Writeback<S> {
     /// One flusher thread: takes the next dirty file in (device, inode) order after the
     /// last one taken (an elevator over the files) and flushes one group of it.
-    pub(crate) fn flusher_loop(fs: Weak<Fs<S>>) {
+    pub(crate) fn flusher_loop(wb: Weak<Writeback<S>>) {
         loop {
-            let Some(fs) = fs.upgrade() else { return };
-            let Some(wb) = fs.wb() else { return };
+            let Some(wb) = wb.upgrade() else { return };
             if wb.retire_flusher() {
                 return;
             }
-            match fs.pick_dirty(wb) {
+            match wb.pick_dirty() {
                 Some(i) => {
-                    let r = fs.flush_group(wb, &i, wb.cfg.group);
+                    let r = wb.flush_group(&i, wb.cfg.group);
                     let how = match r {
                         Ok(true) => Flushed::Synced,
                         Ok(false) => Flushed::Deferred,
                         Err(_) => Flushed::Failed,
                     };
-                    fs.unclaim(wb, &i, how);
+                    wb.unclaim(&i, how);
                 }
                 None => {
                     if wb.stop.load(Acquire) {
                         return;
                     }
                     let mut g = wb.wake_lock.lock();
-                    if wb.files.lock().is_empty() || !fs.any_ready(wb) {
+                    if wb.files.lock().is_empty() || !wb.any_ready() {
                         wb.wake.wait_for(&mut g, Duration::from_millis(200));
                     }
                 }
@@ -62,9 +61,9 @@ impl<S: Store> Fs<S> {
         }
     }
 
-    fn any_ready(&self, wb: &Writeback<S>) -> bool {
+    pub(crate) fn any_ready(&self) -> bool {
         let now = now_ms();
-        wb.files.lock().values().any(|i| {
+        self.files.lock().values().any(|i| {
             i.file
                 .as_ref()
                 .is_some_and(|st| !st.flushing.load(Acquire) && st.retry_at_ms.load(Relaxed) <= now)
@@ -72,10 +71,10 @@ impl<S: Store> Fs<S> {
     }
 
     /// Claims the next dirty file for flushing (none is flushed by two threads at once).
-    fn pick_dirty(&self, wb: &Writeback<S>) -> Option<Arc<Inode<St<S>>>> {
+    pub(crate) fn pick_dirty(&self) -> Option<Arc<Inode<St<S>>>> {
         let now = now_ms();
-        let files = wb.files.lock();
-        let mut cursor = wb.cursor.lock();
+        let files = self.files.lock();
+        let mut cursor = self.cursor.lock();
         let start = *cursor;
         let ordered = files.range(start..).chain(files.range(..start));
         for (k, i) in ordered {
@@ -97,12 +96,12 @@ impl<S: Store> Fs<S> {
 
     /// Gives a claimed file back; a failed flush waits (exponential backoff) before the
     /// next try, so a vanished directory or a failing disk is not hammered.
-    fn unclaim(&self, wb: &Writeback<S>, i: &Inode<St<S>>, how: Flushed) {
+    pub(crate) fn unclaim(&self, i: &Inode<St<S>>, how: Flushed) {
         if let Some(st) = &i.file {
             match how {
                 Flushed::Failed => {
                     let b = st.backoff_ms.load(Relaxed);
-                    let b = (b * 2).clamp(100, wb.cfg.retry_max.as_millis() as u64);
+                    let b = (b * 2).clamp(100, self.cfg.retry_max.as_millis() as u64);
                     st.backoff_ms.store(b, Relaxed);
                     st.retry_at_ms.store(now_ms() + b, Relaxed);
                 }
@@ -117,15 +116,15 @@ impl<S: Store> Fs<S> {
             }
             st.flushing.store(false, Release);
         }
-        wb.notify();
+        self.notify();
     }
 
     /// Flushes up to `budget` bytes of one claimed file (u64::MAX: all of it), sorted by
     /// offset and coalesced into writes of up to `writeback.chunk`; then syncs the file (and
     /// its directory if we created it) and records in the journal what is now durable.
     /// Ok(false): caught up with a file still being written, left unsynced (see `SYNC_IDLE`).
-    fn flush_group(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
-        let r = self.flush_group_inner(wb, i, budget);
+    pub(crate) fn flush_group(&self, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
+        let r = self.flush_group_inner(i, budget);
         if let Err(e) = r {
             if let Some(st) = &i.file {
                 if let Some(d) = st.dirty.lock().as_mut() {
@@ -138,26 +137,21 @@ impl<S: Store> Fs<S> {
             }
             // Counted once the error is there to report: whoever sees the count move (a
             // test, a monitor) finds the error at the next fsync or close.
-            wb.c.flush_errors.fetch_add(1, Relaxed);
+            self.c.flush_errors.fetch_add(1, Relaxed);
         }
         r
     }
 
-    fn flush_group_inner(
-        &self,
-        wb: &Writeback<S>,
-        i: &Arc<Inode<St<S>>>,
-        budget: u64,
-    ) -> Result<bool> {
+    pub(crate) fn flush_group_inner(&self, i: &Arc<Inode<St<S>>>, budget: u64) -> Result<bool> {
         let Some(st) = i.file.clone() else {
             return Ok(true);
         };
         if st.dirty.lock().is_none() {
             return Ok(true);
         }
-        let node = self.node(i)?;
-        let h = self.store.open(&node, libc::O_WRONLY)?;
-        let chunk = wb.cfg.chunk as usize;
+        let node = self.ns.node(i)?;
+        let h = self.sh.store.open(&node, libc::O_WRONLY)?;
+        let chunk = self.cfg.chunk as usize;
         let (mut from, mut done) = (0u64, 0u64);
         loop {
             let run = match st
@@ -170,8 +164,8 @@ impl<S: Store> Fs<S> {
                 None => break,
             };
             let bufs: Vec<&[u8]> = run.pieces.iter().map(|b| &b[..]).collect();
-            self.store.write_vectored(&h, run.offset, &bufs)?;
-            wb.c.flush_writes.fetch_add(1, Relaxed);
+            self.sh.store.write_vectored(&h, run.offset, &bufs)?;
+            self.c.flush_writes.fetch_add(1, Relaxed);
             let len = run.len;
             {
                 // Exclusive, briefly. A fetch that overlapped the write saw the fingerprint
@@ -184,7 +178,7 @@ impl<S: Store> Fs<S> {
                 // kernel's page cache anyway).
                 let _w = st.rw.write();
                 let v = st.version();
-                let after = self.fstat_as(&st, &h).ok();
+                let after = self.sh.fstat_as(&st, &h).ok();
                 let end = run.offset + len;
                 match &after {
                     Some(a) if a.size == v.fp.size.max(end) => {
@@ -192,9 +186,9 @@ impl<S: Store> Fs<S> {
                         for p in &run.pieces {
                             let grown = size.max(at + p.len() as u64);
                             if len <= ALLOCATE_MAX {
-                                self.patch_blocks(v.gen, size, at, p, grown);
+                                self.data.patch_blocks(v.gen, size, at, p, grown);
                             } else {
-                                self.patch_cached_blocks(v.gen, size, at, p, grown);
+                                self.data.patch_cached_blocks(v.gen, size, at, p, grown);
                             }
                             at += p.len() as u64;
                             size = grown;
@@ -204,20 +198,20 @@ impl<S: Store> Fs<S> {
                     _ => st.invalidate(after.as_ref()),
                 }
                 if let Some(a) = &after {
-                    self.meta.put_attr(a, Instant::now());
+                    self.ns.meta.put_attr(a, Instant::now());
                 }
                 let mut g = st.dirty.lock();
                 if let Some(d) = g.as_mut() {
                     let n = d.flushed(&run);
                     let rel = n.min(d.reserved);
                     d.reserved -= rel;
-                    wb.reserve.release(rel);
-                    wb.c.dirty_bytes.fetch_sub(n, Relaxed);
+                    self.reserve.release(rel);
+                    self.c.dirty_bytes.fetch_sub(n, Relaxed);
                 }
                 st.flush_gen.fetch_add(1, AcqRel);
             }
-            wb.c.flushed_bytes.fetch_add(len, Relaxed);
-            wb.notify();
+            self.c.flushed_bytes.fetch_add(len, Relaxed);
+            self.notify();
             from = run.offset + len;
             done += len;
             if done >= budget {
@@ -245,19 +239,19 @@ impl<S: Store> Fs<S> {
                 ..Default::default()
             };
             let _w = st.rw.write();
-            if let Ok(a) = self.store.setattr(&node, Some(&h), &set) {
-                self.meta.put_attr(&a, Instant::now());
+            if let Ok(a) = self.sh.store.setattr(&node, Some(&h), &set) {
+                self.ns.meta.put_attr(&a, Instant::now());
                 // Times only, set by us: the cached blocks stay.
                 st.set_after_own_write(st.version().gen, &a);
             }
         }
-        self.store.fsync(&h, false)?;
-        wb.c.flush_syncs.fetch_add(1, Relaxed);
+        self.sh.store.fsync(&h, false)?;
+        self.c.flush_syncs.fetch_add(1, Relaxed);
         if st.created.swap(false, AcqRel) {
             // Its name must be as durable as its data before the journal lets go of it.
             let parent = i.origin.lock().clone();
             if let Some((p, _)) = parent {
-                if let Err(e) = self.store.fsyncdir(&self.node(&p)?, false) {
+                if let Err(e) = self.sh.store.fsyncdir(&self.ns.node(&p)?, false) {
                     st.created.store(true, Release);
                     return Err(e);
                 }
@@ -265,7 +259,7 @@ impl<S: Store> Fs<S> {
         }
         let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
         if let Some(upto) = upto {
-            wb.journal
+            self.journal
                 .done(st.journal_key.0, st.journal_key.1, upto)
                 .map_err(|e| {
                     tracing::error!("write-back journal: {e}");
@@ -275,13 +269,13 @@ impl<S: Store> Fs<S> {
         if let Some(d) = st.dirty.lock().as_mut() {
             d.error = None;
         }
-        self.settle_clean(wb, i);
+        self.settle_clean(i);
         Ok(true)
     }
 
     /// Flushes all of one file now (fsync, close with `writeback.close=flush`, before a
     /// namespace operation on it), waiting for a flusher that holds it.
-    pub(crate) fn flush_file_now(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>) -> Result<()> {
+    pub(crate) fn flush_file_now(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         let Some(st) = &i.file else { return Ok(()) };
         if !st.has_dirty.load(Acquire) {
             return Ok(());
@@ -294,25 +288,25 @@ impl<S: Store> Fs<S> {
             {
                 break;
             }
-            let mut g = wb.wake_lock.lock();
-            wb.wake.wait_for(&mut g, Duration::from_millis(20));
+            let mut g = self.wake_lock.lock();
+            self.wake.wait_for(&mut g, Duration::from_millis(20));
         }
-        let r = self.flush_group(wb, i, u64::MAX);
+        let r = self.flush_group(i, u64::MAX);
         let how = if r.is_ok() {
             Flushed::Synced
         } else {
             Flushed::Failed
         };
-        self.unclaim(wb, i, how);
+        self.unclaim(i, how);
         r.map(|_| ())
     }
 
     /// Flushes every dirty file (a directory rename, unmount).
-    pub(crate) fn flush_all(&self, wb: &Writeback<S>) -> Result<()> {
-        let files: Vec<_> = wb.files.lock().values().cloned().collect();
+    pub(crate) fn flush_all(&self) -> Result<()> {
+        let files: Vec<_> = self.files.lock().values().cloned().collect();
         let mut first_err = Ok(());
         for i in files {
-            if let Err(e) = self.flush_file_now(wb, &i) {
+            if let Err(e) = self.flush_file_now(&i) {
                 if first_err.is_ok() {
                     first_err = Err(e);
                 }
@@ -324,14 +318,14 @@ impl<S: Store> Fs<S> {
     /// fsync/fdatasync in write-back mode: the file's data durable on the backing store
     /// (`writeback.fsync=backing`) or in the journal (`journal`); then a flush error not yet
     /// reported is reported.
-    pub(crate) fn fsync_back(&self, wb: &Writeback<S>, i: &Arc<Inode<St<S>>>) -> Result<()> {
+    pub(crate) fn fsync_back(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         let Some(st) = &i.file else { return Ok(()) };
-        match wb.live.fsync() {
-            super::FsyncMode::Backing => self.flush_file_now(wb, i)?,
+        match self.live.fsync() {
+            super::FsyncMode::Backing => self.flush_file_now(i)?,
             super::FsyncMode::Journal => {
                 let seq = st.dirty.lock().as_ref().map(|d| d.max_seq);
                 if let Some(seq) = seq {
-                    wb.journal.sync(seq).map_err(|e| {
+                    self.journal.sync(seq).map_err(|e| {
                         tracing::error!("write-back journal: {e}");
                         Errno::EIO
                     })?;
@@ -350,17 +344,11 @@ impl<S: Store> Fs<S> {
         }
     }
 
-    /// Whether this mount writes back (`writeback.mode=back`).
-    pub fn writeback_enabled(&self) -> bool {
-        self.wb().is_some()
-    }
-
     /// close(2) in write-back mode (FUSE FLUSH).
     pub fn flush(&self, ino: u64) -> Result<()> {
-        let Some(wb) = self.wb() else { return Ok(()) };
-        let i = self.inode(ino)?;
-        if wb.live.close() == super::CloseMode::Flush {
-            self.flush_file_now(wb, &i)?;
+        let i = self.ns.inode(ino)?;
+        if self.live.close() == super::CloseMode::Flush {
+            self.flush_file_now(&i)?;
         }
         self.take_flush_error(&i)
     }
@@ -370,20 +358,19 @@ impl<S: Store> Fs<S> {
     /// journal's paths stay true. A directory moves every dirty file under it: all are
     /// flushed (directory renames are rare; tracking which files lie below is not worth it).
     pub(crate) fn settle_name(&self, parent: u64, name: &OsStr) -> Result<()> {
-        let Some(wb) = self.wb() else { return Ok(()) };
-        if wb.files.lock().is_empty() {
+        if self.files.lock().is_empty() {
             return Ok(());
         }
-        let p = self.inode(parent)?;
-        let Ok((_, attr)) = self.store.lookup(&self.node(&p)?, name) else {
+        let p = self.ns.inode(parent)?;
+        let Ok((_, attr)) = self.sh.store.lookup(&self.ns.node(&p)?, name) else {
             return Ok(());
         };
         if attr.kind == FileKind::Dir {
-            return self.flush_all(wb);
+            return self.flush_all();
         }
-        let i = wb.files.lock().get(&(attr.dev, attr.ino)).cloned();
+        let i = self.files.lock().get(&(attr.dev, attr.ino)).cloned();
         match i {
-            Some(i) => self.flush_file_now(wb, &i),
+            Some(i) => self.flush_file_now(&i),
             None => Ok(()),
         }
     }
@@ -391,23 +378,19 @@ impl<S: Store> Fs<S> {
     /// Before a truncate or fallocate of `i`: its dirty data goes first, so the backing
     /// store applies them in the order the application made them.
     pub(crate) fn settle_file(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
-        match self.wb() {
-            Some(wb) => self.flush_file_now(wb, i),
-            None => Ok(()),
-        }
+        self.flush_file_now(i)
     }
 
     /// Unmount (or SIGTERM): drains every dirty byte to the backing store, with a progress
     /// line, then stops the flushers and closes the journal.
     pub fn shutdown_writeback(&self) {
-        let Some(wb) = self.wb() else { return };
-        let bytes = wb.dirty_bytes();
+        let bytes = self.dirty_bytes();
         let t = Instant::now();
         if bytes > 0 {
             tracing::info!(
                 "write-back: draining {} dirty bytes in {} files to the backing store",
                 bytes,
-                wb.files.lock().len()
+                self.files.lock().len()
             );
             eprintln!(
                 "tierfs: flushing {:.1} MiB of written data to the backing store...",
@@ -425,7 +408,7 @@ impl<S: Store> Fs<S> {
                         std::thread::sleep(Duration::from_millis(50));
                         if last.elapsed() >= Duration::from_secs(1) && !done.load(Acquire) {
                             last = Instant::now();
-                            let left = wb.dirty_bytes();
+                            let left = self.dirty_bytes();
                             let secs = t.elapsed().as_secs_f64().max(0.001);
                             let rate = (bytes.saturating_sub(left)) as f64 / secs / 1048576.0;
                             tracing::info!("write-back drain: {left} bytes left, {rate:.1} MiB/s");
@@ -438,7 +421,7 @@ impl<S: Store> Fs<S> {
                 });
             }
             for attempt in 0..3 {
-                match self.flush_all(wb) {
+                match self.flush_all() {
                     Ok(()) => break,
                     Err(e) => {
                         tracing::error!("write-back drain, attempt {}: {e}", attempt + 1);
@@ -448,21 +431,21 @@ impl<S: Store> Fs<S> {
             }
             done.store(true, Release);
         });
-        wb.c.drained_bytes.fetch_add(bytes, Relaxed);
-        let left = wb.dirty_bytes();
+        self.c.drained_bytes.fetch_add(bytes, Relaxed);
+        let left = self.dirty_bytes();
         if left > 0 {
             tracing::error!("write-back: {left} dirty bytes could not be written back; they stay in the journal and are replayed at the next mount");
             eprintln!("tierfs: {left} bytes could not be written to the backing store; kept in the journal for the next mount");
         } else if bytes > 0 {
             eprintln!("tierfs: flushed in {:.1?}", t.elapsed());
         }
-        wb.stop.store(true, Release);
-        wb.notify();
+        self.stop.store(true, Release);
+        self.notify();
         // Taken out first: no lock is held while the flushers finish.
-        let threads = std::mem::take(&mut *wb.threads.lock());
+        let threads = std::mem::take(&mut *self.threads.lock());
         for h in threads {
             let _ = h.join();
         }
-        wb.journal.shutdown();
+        self.journal.shutdown();
     }
 }

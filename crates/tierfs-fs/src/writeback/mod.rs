@@ -5,13 +5,14 @@
 //! anything is marked clean; writers are slowed above `dirty_soft` and wait at `dirty_hard`.
 //! Semantics and formats: docs/writeback.md.
 //!
-//! Files: `dirty` (one file's dirty extents), `reserve` (space reservation), `write` (the
+//! It stands on the data path (`crate::data`) and the namespace, which know nothing of it;
+//! `Fs` puts it in order with them. Files: `crate::dirty` (one file's dirty extents), `reserve` (space reservation), `write` (the
 //! write path, reads and attributes over dirty data, flow control), `flush` (flushers,
 //! fsync, close, namespace ordering, drain), `replay` (the journal at start), `tune` (tunables
 //! changed at run time).
 
 mod config;
-mod dirty;
+
 mod flush;
 mod replay;
 mod reserve;
@@ -20,12 +21,15 @@ mod tune;
 mod write;
 
 pub use config::{CloseMode, FsyncMode, WbConfig, WbMode};
-pub use dirty::Dirty;
-pub use reserve::ReserveStats;
-pub use stats::WbStats;
+pub(crate) use replay::replay_journal;
 
-use crate::fs::St;
+pub use crate::stats::ReserveStats;
+pub use crate::stats::WbStats;
+
+use crate::data::Objects;
 use crate::inode::Inode;
+use crate::namespace::Namespace;
+use crate::shared::{Shared, St};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -38,6 +42,11 @@ pub(crate) type DirtyFiles<S> = BTreeMap<(u64, u64), Arc<Inode<St<S>>>>;
 
 /// The write-back machinery of one mount (present only with `writeback.mode=back`).
 pub struct Writeback<S: Store> {
+    /// What it stands on: it writes through the data path and orders itself with the
+    /// namespace's operations (see `settle_name`).
+    pub(crate) sh: Arc<Shared<S>>,
+    pub(crate) ns: Arc<Namespace<S>>,
+    pub(crate) data: Arc<Objects<S>>,
     /// As started; what may change at run time is in `live`.
     pub(crate) cfg: WbConfig,
     pub(crate) live: config::WbLive,

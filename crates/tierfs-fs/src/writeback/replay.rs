@@ -2,7 +2,8 @@
 //! the backing store is written there (and synced) before the mount serves anything.
 
 use super::{stats::WbCounters, WbConfig, Writeback};
-use crate::fs::{Fs, Node};
+use crate::data::Objects;
+use crate::shared::{Node, St};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -14,18 +15,19 @@ use std::time::Instant;
 use tierfs_cache::journal::{Journal, JournalConfig, PendingWrite};
 use tierfs_store::{Errno, Store};
 
-impl<S: Store> Fs<S> {
-    /// Turns write-back on for this mount: opens the journal in `dir`, replays it, starts
-    /// the flushers. Errors are one line for the user.
-    pub fn start_writeback(
-        self: &Arc<Self>,
+impl<S: Store> Writeback<S> {
+    /// Write-back for a mount: opens the journal in `dir`, replays it, starts the flushers.
+    /// Errors are one line for the user.
+    pub(crate) fn start(
+        data: Arc<Objects<S>>,
         cfg: WbConfig,
         dir: &Path,
         reset: bool,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<Arc<Writeback<S>>, String> {
+        let (sh, ns) = (data.sh.clone(), data.ns.clone());
         let jcfg = journal_config(&cfg);
         let t = Instant::now();
-        let (journal, replay) = open_journal(dir, self.store.store_id(), jcfg, reset)?;
+        let (journal, replay) = open_journal(dir, sh.store.store_id(), jcfg, reset)?;
         if let Some((file, off, why)) = &replay.torn_tail {
             tracing::warn!(
                 "write-back journal: torn tail in {} at {off} ({why}): records after it were never acknowledged as durable",
@@ -39,11 +41,14 @@ impl<S: Store> Fs<S> {
                 replay.pending.len(),
                 replay.pending_bytes as f64 / 1048576.0
             );
-            self.replay_pending(&journal, &replay.pending, dir, &c)?;
+            replay_pending(&sh.store, &journal, &replay.pending, dir, &c)?;
         }
         c.replay_ms.store(t.elapsed().as_millis() as u64, Relaxed);
         let flushers = cfg.flushers.max(1);
-        let wb = Writeback {
+        let wb = Arc::new(Writeback {
+            sh,
+            ns,
+            data,
             live: super::config::WbLive::new(&cfg),
             // 1 MiB never promised: room for the store's own metadata (extent and indirect
             // blocks) that allocating the reserved blocks may need.
@@ -58,138 +63,143 @@ impl<S: Store> Fs<S> {
             stop: AtomicBool::new(false),
             threads: Default::default(),
             rate: Mutex::new((Instant::now(), 0, 0)),
-        };
-        if self.wb.set(wb).is_err() {
-            return Err("write-back started twice".into());
+        });
+        {
+            let _g = wb.live.resize.lock();
+            for _ in 0..flushers {
+                wb.spawn_flusher()
+                    .map_err(|e| format!("starting flusher threads: {e}"))?;
+            }
         }
-        let wb = self.wb().ok_or("write-back missing")?;
-        let _g = wb.live.resize.lock();
-        for _ in 0..flushers {
-            self.spawn_flusher(wb)
-                .map_err(|e| format!("starting flusher threads: {e}"))?;
-        }
-        Ok(())
+        Ok(wb)
     }
+}
 
-    /// A write-through mount over a cache dir that holds a write-back journal: its pending
-    /// writes go to the backing store first; the journal is then closed, not used.
-    pub fn replay_journal(
-        &self,
-        cfg: WbConfig,
-        dir: &Path,
-        reset: bool,
-    ) -> std::result::Result<(), String> {
-        let (journal, replay) =
-            open_journal(dir, self.store.store_id(), journal_config(&cfg), reset)?;
-        if !replay.pending.is_empty() {
-            eprintln!(
-                "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
-                replay.pending.len(),
-                replay.pending_bytes as f64 / 1048576.0
-            );
-            self.replay_pending(&journal, &replay.pending, dir, &WbCounters::default())?;
-        }
-        journal.shutdown();
-        Ok(())
+/// A write-through mount over a cache dir that holds a write-back journal: its pending
+/// writes go to the backing store first; the journal is then closed, not used.
+pub(crate) fn replay_journal<S: Store>(
+    store: &St<S>,
+    cfg: WbConfig,
+    dir: &Path,
+    reset: bool,
+) -> std::result::Result<(), String> {
+    let (journal, replay) = open_journal(dir, store.store_id(), journal_config(&cfg), reset)?;
+    if !replay.pending.is_empty() {
+        eprintln!(
+            "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
+            replay.pending.len(),
+            replay.pending_bytes as f64 / 1048576.0
+        );
+        replay_pending(
+            store,
+            &journal,
+            &replay.pending,
+            dir,
+            &WbCounters::default(),
+        )?;
     }
+    journal.shutdown();
+    Ok(())
+}
 
-    /// Writes the journal's pending writes to their files, in order, file by file; syncs
-    /// each file, then records it done. A file that cannot be found under its path, or whose
-    /// path now names another file, gets its data saved under `<dir>/lost/` instead (never
-    /// written into a stranger, never dropped), with an error in the log.
-    fn replay_pending(
-        &self,
-        journal: &Journal,
-        pending: &[PendingWrite],
-        dir: &Path,
-        c: &WbCounters,
-    ) -> std::result::Result<(), String> {
-        let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
-        for p in pending {
-            by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
-        }
-        for ((dev, ino), writes) in by_file {
-            let path = &writes[writes.len() - 1].file.path;
-            let shown = String::from_utf8_lossy(path).into_owned();
-            // With inode identities the path must still hold that inode (journals of tierfs
-            // before identities had the device number in `dev`: not compared). With path
-            // identities the path is the file.
-            let by_inode = self.store.identity_kind() == tierfs_store::Identity::Inode;
-            let target = self.open_by_path(path).and_then(|(node, attr)| {
-                if by_inode && attr.ino != ino {
-                    return Err(Errno::ESTALE);
-                }
-                self.store.open(&node, libc::O_WRONLY)
-            });
-            let mut upto = 0;
-            match target {
-                Ok(h) => {
-                    for w in &writes {
-                        let data = journal
-                            .read_pending(w)
-                            .map_err(|e| format!("write-back journal: {e}"))?;
-                        self.store.write(&h, w.offset, &data).map_err(|e| {
-                            format!("replaying the write-back journal into {shown}: {e}")
-                        })?;
-                        c.replayed_writes.fetch_add(1, Relaxed);
-                        c.replayed_bytes.fetch_add(data.len() as u64, Relaxed);
-                        upto = upto.max(w.seq);
-                    }
-                    self.store.fsync(&h, false).map_err(|e| {
-                        format!("replaying the write-back journal into {shown}: fsync: {e}")
+/// Writes the journal's pending writes to their files, in order, file by file; syncs
+/// each file, then records it done. A file that cannot be found under its path, or whose
+/// path now names another file, gets its data saved under `<dir>/lost/` instead (never
+/// written into a stranger, never dropped), with an error in the log.
+fn replay_pending<S: Store>(
+    store: &St<S>,
+    journal: &Journal,
+    pending: &[PendingWrite],
+    dir: &Path,
+    c: &WbCounters,
+) -> std::result::Result<(), String> {
+    let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
+    for p in pending {
+        by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
+    }
+    for ((dev, ino), writes) in by_file {
+        let path = &writes[writes.len() - 1].file.path;
+        let shown = String::from_utf8_lossy(path).into_owned();
+        // With inode identities the path must still hold that inode (journals of tierfs
+        // before identities had the device number in `dev`: not compared). With path
+        // identities the path is the file.
+        let by_inode = store.identity_kind() == tierfs_store::Identity::Inode;
+        let target = open_by_path(store, path).and_then(|(node, attr)| {
+            if by_inode && attr.ino != ino {
+                return Err(Errno::ESTALE);
+            }
+            store.open(&node, libc::O_WRONLY)
+        });
+        let mut upto = 0;
+        match target {
+            Ok(h) => {
+                for w in &writes {
+                    let data = journal
+                        .read_pending(w)
+                        .map_err(|e| format!("write-back journal: {e}"))?;
+                    store.write(&h, w.offset, &data).map_err(|e| {
+                        format!("replaying the write-back journal into {shown}: {e}")
                     })?;
+                    c.replayed_writes.fetch_add(1, Relaxed);
+                    c.replayed_bytes.fetch_add(data.len() as u64, Relaxed);
+                    upto = upto.max(w.seq);
                 }
-                Err(e) => {
-                    let lost = dir.join("lost");
-                    std::fs::create_dir_all(&lost)
-                        .map_err(|e| format!("{}: {e}", lost.display()))?;
-                    let f = lost.join(format!("{dev:x}-{ino}"));
-                    tracing::error!(
+                store.fsync(&h, false).map_err(|e| {
+                    format!("replaying the write-back journal into {shown}: fsync: {e}")
+                })?;
+            }
+            Err(e) => {
+                let lost = dir.join("lost");
+                std::fs::create_dir_all(&lost).map_err(|e| format!("{}: {e}", lost.display()))?;
+                let f = lost.join(format!("{dev:x}-{ino}"));
+                tracing::error!(
                         "write-back replay: {shown} ({e}): {} pending writes saved to {} at their offsets",
                         writes.len(),
                         f.display()
                     );
-                    let out = std::fs::OpenOptions::new()
-                        .create(true)
-                        .write(true)
-                        .truncate(false)
-                        .open(&f)
+                let out = std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(false)
+                    .open(&f)
+                    .map_err(|e| format!("{}: {e}", f.display()))?;
+                for w in &writes {
+                    use std::os::unix::fs::FileExt;
+                    let data = journal
+                        .read_pending(w)
+                        .map_err(|e| format!("write-back journal: {e}"))?;
+                    out.write_all_at(&data, w.offset)
                         .map_err(|e| format!("{}: {e}", f.display()))?;
-                    for w in &writes {
-                        use std::os::unix::fs::FileExt;
-                        let data = journal
-                            .read_pending(w)
-                            .map_err(|e| format!("write-back journal: {e}"))?;
-                        out.write_all_at(&data, w.offset)
-                            .map_err(|e| format!("{}: {e}", f.display()))?;
-                        upto = upto.max(w.seq);
-                    }
-                    out.sync_all()
-                        .map_err(|e| format!("{}: {e}", f.display()))?;
-                    c.replay_lost_files.fetch_add(1, Relaxed);
+                    upto = upto.max(w.seq);
                 }
+                out.sync_all()
+                    .map_err(|e| format!("{}: {e}", f.display()))?;
+                c.replay_lost_files.fetch_add(1, Relaxed);
             }
-            journal
-                .done(dev, ino, upto)
-                .map_err(|e| format!("write-back journal: {e}"))?;
         }
         journal
-            .sync_all()
+            .done(dev, ino, upto)
             .map_err(|e| format!("write-back journal: {e}"))?;
-        Ok(())
     }
+    journal
+        .sync_all()
+        .map_err(|e| format!("write-back journal: {e}"))?;
+    Ok(())
+}
 
-    /// Resolves a backing path from the root, one component at a time (never following
-    /// symlinks: the store's lookup does not).
-    fn open_by_path(&self, path: &[u8]) -> tierfs_store::Result<(Node<S>, tierfs_store::Attr)> {
-        let (mut node, mut attr) = self.store.root()?;
-        for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
-            let (n, a) = self.store.lookup(&node, OsStr::from_bytes(comp))?;
-            node = n;
-            attr = a;
-        }
-        Ok((node, attr))
+/// Resolves a backing path from the root, one component at a time (never following
+/// symlinks: the store's lookup does not).
+fn open_by_path<S: Store>(
+    store: &St<S>,
+    path: &[u8],
+) -> tierfs_store::Result<(Node<S>, tierfs_store::Attr)> {
+    let (mut node, mut attr) = store.root()?;
+    for comp in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        let (n, a) = store.lookup(&node, OsStr::from_bytes(comp))?;
+        node = n;
+        attr = a;
     }
+    Ok((node, attr))
 }
 
 /// The journal's settings from the write-back tunables.

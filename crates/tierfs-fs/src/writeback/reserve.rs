@@ -9,6 +9,7 @@
 //! (statfs shows the filesystem, not the user's quota): a quota-limited user gets EDQUOT
 //! at flush, kept and retried like any flush error, and reported at fsync/close.
 
+use crate::stats::ReserveStats;
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 use tierfs_store::{Errno, Result};
@@ -32,12 +33,6 @@ pub struct Reservations {
     chunk: u64,
     /// Free space never handed out (in bytes): room for metadata, journals, other users.
     margin: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct ReserveStats {
-    pub credit_bytes: u64,
-    pub reserved_bytes: u64,
 }
 
 impl Reservations {

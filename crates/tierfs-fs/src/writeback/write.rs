@@ -1,8 +1,10 @@
 //! The write-back write path, reads and attributes over dirty data, and flow control.
 
-use super::{Dirty, Writeback};
-use crate::fs::{Fs, OpenFile, St};
+use super::Writeback;
+use crate::data::OpenFile;
+use crate::dirty::Dirty;
 use crate::inode::Inode;
+use crate::shared::St;
 use bytes::Bytes;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
@@ -20,11 +22,7 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-impl<S: Store> Fs<S> {
-    pub(crate) fn wb(&self) -> Option<&Writeback<S>> {
-        self.wb.get()
-    }
-
+impl<S: Store> Writeback<S> {
     /// The backing path of an inode, relative to the backing root, from the names it was
     /// found by; None for an object that has lost its name (unlinked while open).
     pub(crate) fn backing_path(&self, i: &Arc<Inode<St<S>>>) -> Option<Vec<u8>> {
@@ -53,56 +51,53 @@ impl<S: Store> Fs<S> {
     /// Free bytes of the backing store for unprivileged writers (what a write may use), and
     /// its allocation unit.
     pub(crate) fn backing_free(&self) -> Result<(u64, u64)> {
-        let root = self.inode(crate::ROOT_INO)?;
-        let s = self.store.statfs(&self.node(&root)?)?;
+        let root = self.ns.inode(crate::ROOT_INO)?;
+        let s = self.sh.store.statfs(&self.ns.node(&root)?)?;
         let unit = s.frsize.max(1) as u64;
         Ok((s.bavail.saturating_mul(unit), unit))
     }
 
     /// Slows a writer gradually above `dirty_soft`; at `dirty_hard` it waits for the
     /// flushers (flow control: dirty data and the journal stay bounded).
-    fn throttle(&self, wb: &Writeback<S>, len: u64) {
-        let (soft, hard) = wb.live.limits();
-        let level = wb.dirty_bytes();
+    pub(crate) fn throttle(&self, len: u64) {
+        let (soft, hard) = self.live.limits();
+        let level = self.dirty_bytes();
         if level + len > hard && level > 0 {
-            wb.c.hard_waits.fetch_add(1, Relaxed);
+            self.c.hard_waits.fetch_add(1, Relaxed);
             let t = Instant::now();
-            let mut g = wb.wake_lock.lock();
-            while wb.dirty_bytes() + len > hard && wb.dirty_bytes() > 0 && !wb.stop.load(Acquire) {
-                wb.wake.wait_for(&mut g, Duration::from_millis(50));
+            let mut g = self.wake_lock.lock();
+            while self.dirty_bytes() + len > hard
+                && self.dirty_bytes() > 0
+                && !self.stop.load(Acquire)
+            {
+                self.wake.wait_for(&mut g, Duration::from_millis(50));
             }
-            wb.c.throttle_ms
+            self.c
+                .throttle_ms
                 .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
         } else if level > soft {
             let frac = (level - soft) as f64 / (hard - soft) as f64;
             let d = MAX_THROTTLE.mul_f64((frac * frac).min(1.0));
-            wb.c.throttled_writes.fetch_add(1, Relaxed);
-            wb.c.throttle_ms.fetch_add(d.as_millis() as u64, Relaxed);
+            self.c.throttled_writes.fetch_add(1, Relaxed);
+            self.c.throttle_ms.fetch_add(d.as_millis() as u64, Relaxed);
             std::thread::sleep(d);
         }
     }
 
     /// A write in write-back mode: reserved, journaled, kept in RAM; acknowledged without
     /// touching the backing store.
-    pub(crate) fn write_back(
-        &self,
-        wb: &Writeback<S>,
-        of: &OpenFile<S>,
-        offset: u64,
-        data: Bytes,
-    ) -> Result<u32> {
-        match self.write_back_with(wb, of, offset, data, false) {
+    pub(crate) fn write_back(&self, of: &OpenFile<S>, offset: u64, data: Bytes) -> Result<u32> {
+        match self.write_back_with(of, offset, data, false) {
             Ok(r) => r,
             Err(_) => unreachable!("a blocking write-back write never hands its data back"),
         }
     }
 
-    /// [`Fs::write_back`], or with `inline` only if nothing in it can wait: no throttling
+    /// [`Writeback::write_back`], or with `inline` only if nothing in it can wait: no throttling
     /// (below `dirty_soft`), reservation credit at hand, room in the journal, a backing name.
     /// Otherwise the data comes back (`Err`) untouched, for a thread that may wait.
     pub(crate) fn write_back_with(
         &self,
-        wb: &Writeback<S>,
         of: &OpenFile<S>,
         offset: u64,
         data: Bytes,
@@ -114,22 +109,22 @@ impl<S: Store> Fs<S> {
                 return Err(data);
             }
             // No name to replay it under after a crash (unlinked while open): write through.
-            return Ok(self.write_through(of, offset, &data));
+            return Ok(self.data.write_through(of, offset, &data));
         };
         let reserved = if inline {
-            if wb.dirty_bytes() + len > wb.live.limits().0 {
+            if self.dirty_bytes() + len > self.live.limits().0 {
                 return Err(data);
             }
-            match wb.reserve.try_reserve(offset, len) {
+            match self.reserve.try_reserve(offset, len) {
                 Some(n) => n,
                 None => return Err(data),
             }
         } else {
-            self.throttle(wb, len);
-            match wb.reserve.reserve(offset, len, || self.backing_free()) {
+            self.throttle(len);
+            match self.reserve.reserve(offset, len, || self.backing_free()) {
                 Ok(n) => n,
                 Err(e) => {
-                    wb.c.enospc.fetch_add(1, Relaxed);
+                    self.c.enospc.fetch_add(1, Relaxed);
                     return Ok(Err(e));
                 }
             }
@@ -145,7 +140,7 @@ impl<S: Store> Fs<S> {
                 ino: st.journal_key.1,
                 path: d.path.clone(),
             };
-            let seq = match wb.journal.append_data_shared(&file, offset, &data) {
+            let seq = match self.journal.append_data_shared(&file, offset, &data) {
                 Ok(seq) => seq,
                 Err(JournalError::Full { .. }) => {
                     // Wait for the flushers with no lock held: they need this file's too.
@@ -154,13 +149,13 @@ impl<S: Store> Fs<S> {
                     }
                     drop(g);
                     drop(_w);
-                    wb.notify();
+                    self.notify();
                     if inline {
-                        wb.reserve.release(reserved);
+                        self.reserve.release(reserved);
                         return Err(data);
                     }
-                    wb.c.journal_full_waits.fetch_add(1, Relaxed);
-                    wb.journal
+                    self.c.journal_full_waits.fetch_add(1, Relaxed);
+                    self.journal
                         .wait_for_space(len + 4096, Duration::from_millis(100));
                     continue;
                 }
@@ -169,7 +164,7 @@ impl<S: Store> Fs<S> {
                     if created {
                         *g = None;
                     }
-                    wb.reserve.release(reserved);
+                    self.reserve.release(reserved);
                     return Ok(Err(Errno::EIO));
                 }
             };
@@ -179,20 +174,20 @@ impl<S: Store> Fs<S> {
             d.write(offset, data, seq, now_ns());
             d.reserved += reserved;
             let grown = d.bytes - before;
-            wb.c.dirty_bytes.fetch_add(grown, Relaxed);
-            wb.c.written_bytes.fetch_add(len, Relaxed);
+            self.c.dirty_bytes.fetch_add(grown, Relaxed);
+            self.c.written_bytes.fetch_add(len, Relaxed);
             if inline {
-                wb.c.inline_writes.fetch_add(1, Relaxed);
+                self.c.inline_writes.fetch_add(1, Relaxed);
             }
             st.has_dirty.store(true, Release);
             if was_clean {
                 let key = st.journal_key;
-                if wb.files.lock().insert(key, of.inode.clone()).is_none() {
-                    wb.c.dirty_files.fetch_add(1, Relaxed);
+                if self.files.lock().insert(key, of.inode.clone()).is_none() {
+                    self.c.dirty_files.fetch_add(1, Relaxed);
                 }
             }
             drop(g);
-            wb.notify();
+            self.notify();
             return Ok(Ok(len as u32));
         }
     }
@@ -200,14 +195,14 @@ impl<S: Store> Fs<S> {
     /// Reads of a file with dirty data: what the tiers hold of the backing file, with the
     /// dirty extents over it, up to the file's size as the application sees it.
     pub(crate) fn read_over_dirty(
-        self: &Arc<Self>,
+        &self,
         of: &Arc<OpenFile<S>>,
         offset: u64,
         size: u32,
     ) -> Result<Bytes> {
         loop {
             let gen = of.state.flush_gen.load(Acquire);
-            let base = self.read_base(of, offset, size)?;
+            let base = self.data.read(of, offset, size)?;
             let g = of.state.dirty.lock();
             // A flush that finished meanwhile may have taken dirty bytes that `base`
             // (read before it wrote them) does not hold yet: read again.
@@ -256,19 +251,19 @@ impl<S: Store> Fs<S> {
     }
 
     /// Marks a file clean (no dirty data left): it leaves the flushers' list.
-    pub(crate) fn settle_clean(&self, wb: &Writeback<S>, i: &Inode<St<S>>) {
+    pub(crate) fn settle_clean(&self, i: &Inode<St<S>>) {
         let Some(st) = &i.file else { return };
         let mut g = st.dirty.lock();
         if let Some(d) = g.as_ref() {
             if !d.is_clean() {
                 return;
             }
-            wb.reserve.release(d.reserved);
+            self.reserve.release(d.reserved);
             *g = None;
             st.has_dirty.store(false, Release);
             st.flush_gen.fetch_add(1, AcqRel);
-            if wb.files.lock().remove(&st.journal_key).is_some() {
-                wb.c.dirty_files.fetch_sub(1, Relaxed);
+            if self.files.lock().remove(&st.journal_key).is_some() {
+                self.c.dirty_files.fetch_sub(1, Relaxed);
             }
         }
     }

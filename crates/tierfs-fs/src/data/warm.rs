@@ -9,14 +9,15 @@
 //! the read path apply: blocks are admitted under the fingerprint they were read under, only
 //! if it still holds after the read, and never for a file changed less than `RACY_WINDOW` ago.
 
-use crate::file_state::{racy, RACY_WINDOW};
-use crate::fs::{Fs, Node};
+use super::Objects;
 use crate::meta::ident;
 use crate::meta_codec::version_of;
+use crate::shared::{meta_key, Node};
 use crate::stats::FsStats;
+use crate::version::{racy, RACY_WINDOW};
 use bytes::Bytes;
 use std::path::{Component, Path};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tierfs_cache::{Admit, AdmitError, BlockKey, SsdKey, KIND_DATA, KIND_DIR, KIND_LINK};
 use tierfs_store::{Attr, Errno, FileKind, Store};
@@ -91,53 +92,14 @@ pub struct EvictReport {
     pub ssd_bytes: u64,
 }
 
-/// Counters of warm and evict requests (`tierfs stats`: `warm.*`).
-#[derive(Default)]
-pub struct WarmCounters {
-    files: AtomicU64,
-    admitted_bytes: AtomicU64,
-    present_bytes: AtomicU64,
-    failed: AtomicU64,
-    evicted: AtomicU64,
-    evicted_ssd_bytes: AtomicU64,
-}
-
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct WarmStats {
-    /// Files warmed.
-    pub files: u64,
-    /// Bytes warm admitted to the SSD tier, and bytes it found there already.
-    pub admitted_bytes: u64,
-    pub present_bytes: u64,
-    /// Warm requests that failed.
-    pub failed: u64,
-    /// Objects evicted, and the bytes of SSD entries that dropped.
-    pub evicted: u64,
-    pub evicted_ssd_bytes: u64,
-}
-
-impl WarmCounters {
-    pub fn snapshot(&self) -> WarmStats {
-        let g = |c: &AtomicU64| c.load(Relaxed);
-        WarmStats {
-            files: g(&self.files),
-            admitted_bytes: g(&self.admitted_bytes),
-            present_bytes: g(&self.present_bytes),
-            failed: g(&self.failed),
-            evicted: g(&self.evicted),
-            evicted_ssd_bytes: g(&self.evicted_ssd_bytes),
-        }
-    }
-}
-
-impl<S: Store> Fs<S> {
+impl<S: Store> Objects<S> {
     /// The backing object at `rel`, a path from the mount's root ("" or "." is the root). Its
     /// components must be plain names (no `..`); symlinks are not followed.
-    fn resolve_rel(&self, rel: &Path) -> Result<(Node<S>, Attr), Errno> {
-        let (mut node, mut attr) = self.store.root()?;
+    pub(crate) fn resolve_rel(&self, rel: &Path) -> Result<(Node<S>, Attr), Errno> {
+        let (mut node, mut attr) = self.sh.store.root()?;
         for c in rel.components() {
             match c {
-                Component::Normal(name) => (node, attr) = self.store.lookup(&node, name)?,
+                Component::Normal(name) => (node, attr) = self.sh.store.lookup(&node, name)?,
                 Component::CurDir | Component::RootDir => {}
                 Component::ParentDir | Component::Prefix(_) => return Err(Errno::EINVAL),
             }
@@ -149,7 +111,7 @@ impl<S: Store> Fs<S> {
     /// `budget`, admission waits for the SSD write budget; without, it takes none.
     pub fn warm_file(&self, rel: &Path, budget: bool) -> Result<WarmReport, WarmError> {
         let r = self.warm_inner(rel, budget);
-        let c = &self.stats.warm;
+        let c = &self.sh.stats.warm;
         match &r {
             Ok(w) => {
                 FsStats::add(&c.files, 1);
@@ -161,21 +123,22 @@ impl<S: Store> Fs<S> {
         r
     }
 
-    fn warm_inner(&self, rel: &Path, budget: bool) -> Result<WarmReport, WarmError> {
-        let ssd = self.ssd.as_ref().ok_or(WarmError::NoSsd)?;
+    pub(crate) fn warm_inner(&self, rel: &Path, budget: bool) -> Result<WarmReport, WarmError> {
+        let ssd = self.sh.ssd.as_ref().ok_or(WarmError::NoSsd)?;
         let (node, attr) = self.resolve_rel(rel)?;
         if attr.kind != FileKind::File {
             return Err(WarmError::NotAFile(attr.kind));
         }
         if self
+            .ns
             .inodes
             .file_state_of(ident(&attr))
             .is_some_and(|st| st.has_dirty.load(Relaxed))
         {
             return Err(WarmError::Dirty);
         }
-        let h = self.store.open(&node, libc::O_RDONLY)?;
-        let mut fp = self.store.fstat(&h)?.fingerprint();
+        let h = self.sh.store.open(&node, libc::O_RDONLY)?;
+        let mut fp = self.sh.store.fstat(&h)?.fingerprint();
         let mut report = WarmReport {
             size: fp.size,
             ..WarmReport::default()
@@ -188,7 +151,7 @@ impl<S: Store> Fs<S> {
                 break;
             }
             std::thread::sleep(RACY_WINDOW / 4);
-            fp = self.store.fstat(&h)?.fingerprint();
+            fp = self.sh.store.fstat(&h)?.fingerprint();
         }
         report.racy_wait_ms = t.elapsed().as_millis() as u64;
         if racy(&fp) {
@@ -196,7 +159,7 @@ impl<S: Store> Fs<S> {
         }
         report.size = fp.size;
         let version = version_of(&fp);
-        let bs = self.cfg.block_size;
+        let bs = self.sh.cfg.block_size;
         let per_chunk = (WARM_CHUNK / bs).max(1);
         let nblocks = fp.size.div_ceil(bs);
         let key = |idx| SsdKey {
@@ -222,9 +185,9 @@ impl<S: Store> Fs<S> {
             };
             let start = a * bs;
             let mut buf = vec![0u8; ((b * bs + len_of(b)) - start) as usize];
-            let n = self.store.read(&h, start, &mut buf)?;
+            let n = self.sh.store.read(&h, start, &mut buf)?;
             // Read first, check after: if the fingerprint still holds, the bytes are of it.
-            if n < buf.len() || self.store.fstat(&h)?.fingerprint() != fp {
+            if n < buf.len() || self.sh.store.fstat(&h)?.fingerprint() != fp {
                 return Err(WarmError::Changed);
             }
             let buf = Bytes::from(buf);
@@ -259,40 +222,42 @@ impl<S: Store> Fs<S> {
         match attr.kind {
             FileKind::File => {
                 let mut size = attr.size;
-                if let Some(st) = self.inodes.file_state_of(id) {
+                if let Some(st) = self.ns.inodes.file_state_of(id) {
                     // Exclusive, like a truncate: no fetch inserts blocks of the old
                     // generation after this, and readers after it start a new one.
                     let _w = st.rw.write();
                     let v = st.version();
                     size = size.max(v.fp.size);
-                    for idx in 0..v.fp.size.div_ceil(self.cfg.block_size) {
+                    for idx in 0..v.fp.size.div_ceil(self.sh.cfg.block_size) {
                         let k = BlockKey { gen: v.gen, idx };
-                        if self.cache.contains(&k) {
-                            self.cache.remove(&k);
+                        if self.sh.cache.contains(&k) {
+                            self.sh.cache.remove(&k);
                             r.ram_blocks += 1;
                         }
                     }
                     st.invalidate(None);
                 }
-                keys.extend((0..size.div_ceil(self.cfg.block_size)).map(|idx| SsdKey {
-                    kind: KIND_DATA,
-                    dev: attr.dev,
-                    ino: attr.ino,
-                    idx,
-                }));
+                keys.extend(
+                    (0..size.div_ceil(self.sh.cfg.block_size)).map(|idx| SsdKey {
+                        kind: KIND_DATA,
+                        dev: attr.dev,
+                        ino: attr.ino,
+                        idx,
+                    }),
+                );
             }
             FileKind::Dir => {
-                self.meta.drop_listing(id);
-                keys.push(Self::meta_key(KIND_DIR, &attr));
+                self.ns.meta.drop_listing(id);
+                keys.push(meta_key(KIND_DIR, &attr));
             }
-            FileKind::Symlink => keys.push(Self::meta_key(KIND_LINK, &attr)),
+            FileKind::Symlink => keys.push(meta_key(KIND_LINK, &attr)),
             _ => {}
         }
-        self.meta.drop_attr(id);
-        if let Some(ssd) = &self.ssd {
+        self.ns.meta.drop_attr(id);
+        if let Some(ssd) = &self.sh.ssd {
             (r.ssd_entries, r.ssd_bytes) = ssd.evict(keys);
         }
-        let c = &self.stats.warm;
+        let c = &self.sh.stats.warm;
         FsStats::add(&c.evicted, 1);
         FsStats::add(&c.evicted_ssd_bytes, r.ssd_bytes);
         Ok(r)

@@ -1,0 +1,200 @@
+//! Loading blocks a reader or read-ahead needs: single-flight claims (one fetch per block at
+//! a time), the SSD tier first, then contiguous runs from the backing store, each checked
+//! against the file's fingerprint afterwards so a version that changed mid-fetch is never
+//! cached or returned.
+
+use super::{FetchError, FetchResult, Objects, OpenFile};
+use crate::meta_codec::version_of;
+use crate::stats::{FsStats, Gauge};
+use crate::version::{racy, Version};
+use bytes::Bytes;
+use tierfs_cache::{BlockKey, Claim, FlightGuard, SsdKey};
+use tierfs_store::Store;
+
+impl<S: Store> Objects<S> {
+    /// Completes the claimed blocks the SSD tier holds (whole, verified, read in large runs)
+    /// and puts them in the RAM tier; returns the claims it could not serve.
+    pub(crate) fn load_from_ssd<'a>(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        leaders: Vec<FlightGuard<'a, BlockKey, FetchResult>>,
+        out: &mut Vec<(u64, Bytes)>,
+    ) -> Vec<FlightGuard<'a, BlockKey, FetchResult>> {
+        let Some(ssd) = &self.sh.ssd else {
+            return leaders;
+        };
+        let keys: Vec<SsdKey> = leaders
+            .iter()
+            .map(|g| self.ssd_key(of, g.key().idx))
+            .collect();
+        let got = ssd.get_many(&keys, version_of(&v.fp));
+        let mut rest = Vec::new();
+        for (g, b) in leaders.into_iter().zip(got) {
+            let idx = g.key().idx;
+            // An entry of another length cannot belong to this version.
+            match b.filter(|b| b.len() as u64 == self.block_len(v, idx)) {
+                Some(b) => {
+                    FsStats::add(&self.sh.stats.ssd_blocks, 1);
+                    self.sh.cache.insert(*g.key(), b.clone());
+                    out.push((idx, b.clone()));
+                    g.complete(Ok(b));
+                }
+                None => rest.push(g),
+            }
+        }
+        rest
+    }
+
+    /// Loads the given blocks of version `v` (sorted). Blocks another reader is fetching are
+    /// waited for when `wait`, skipped otherwise. The caller holds `of.state.rw` shared: claims
+    /// are only ever made under it, so a writer cannot slip in between fetch and insert.
+    pub(crate) fn load_blocks(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        idxs: &[u64],
+        wait: bool,
+    ) -> std::result::Result<Vec<(u64, Bytes)>, FetchError> {
+        let mut out = Vec::with_capacity(idxs.len());
+        let mut leaders: Vec<FlightGuard<'_, BlockKey, FetchResult>> = Vec::new();
+        let mut followers = Vec::new();
+        for &idx in idxs {
+            let key = self.key(of, v.gen, idx);
+            if let Some(b) = self.sh.cache.peek(&key) {
+                out.push((idx, b));
+                continue;
+            }
+            match self.flights.claim(key) {
+                Claim::Leader(g) => {
+                    // A fetch may have finished between the peek and the claim.
+                    if let Some(b) = self.sh.cache.peek(&key) {
+                        g.complete(Ok(b.clone()));
+                        out.push((idx, b));
+                    } else {
+                        leaders.push(g);
+                    }
+                }
+                Claim::Follower(w) if wait => followers.push((idx, w)),
+                Claim::Follower(_) => {}
+            }
+        }
+        if !leaders.is_empty() {
+            leaders = self.load_from_ssd(of, v, leaders, &mut out);
+        }
+        // Contiguous leader blocks are fetched with one backing read each, up to fetch_chunk.
+        let per_run = (self.sh.cfg.fetch_chunk / self.sh.cfg.block_size).max(1) as usize;
+        let mut result: std::result::Result<(), FetchError> = Ok(());
+        while !leaders.is_empty() {
+            let mut n = 1;
+            while n < leaders.len()
+                && n < per_run
+                && leaders[n].key().idx == leaders[n - 1].key().idx + 1
+            {
+                n += 1;
+            }
+            let run: Vec<_> = leaders.drain(..n).collect();
+            if let Err(e) = &result {
+                for g in run {
+                    g.complete(Err(e.clone()));
+                }
+                continue;
+            }
+            match self.fetch_run(of, v, run, !wait) {
+                Ok(mut got) => out.append(&mut got),
+                Err(e) => result = Err(e),
+            }
+        }
+        result?;
+        for (idx, w) in followers {
+            FsStats::add(&self.sh.stats.singleflight_waits, 1);
+            out.push((idx, w.wait()?));
+        }
+        Ok(out)
+    }
+
+    /// One backing read for a run of contiguous blocks this thread leads.
+    pub(crate) fn fetch_run(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        run: Vec<FlightGuard<'_, BlockKey, FetchResult>>,
+        readahead: bool,
+    ) -> std::result::Result<Vec<(u64, Bytes)>, FetchError> {
+        let bs = self.sh.cfg.block_size;
+        let first = run[0].key().idx;
+        let start = first * bs;
+        let end = ((first + run.len() as u64) * bs).min(v.fp.size);
+        let _inflight = Gauge::new(&self.sh.stats.fetch_inflight_bytes, end - start);
+        let mut buf = vec![0u8; (end - start) as usize];
+        // While the file is read sequentially, its backing reads go one at a time: two reads
+        // of one stream in flight interleave at the store and cost a seek each on one disk
+        // head. Random readers (no read-ahead window) keep their parallelism.
+        // At a depth above 1 (a latency-bound store, see `stream_depth`) they go in parallel.
+        let serial = {
+            let ra = of.ra.lock();
+            (readahead || ra.window > 0) && ra.depth() <= 1
+        };
+        let serial = serial.then(|| of.seq_fetch.lock());
+        let handle = match self.handle(of) {
+            Ok(h) => h,
+            Err(e) => {
+                for g in run {
+                    g.complete(Err(FetchError::Errno(e)));
+                }
+                return Err(FetchError::Errno(e));
+            }
+        };
+        let read = self.sh.store.read(handle, start, &mut buf);
+        drop(serial);
+        // The version check comes after the data: if the fingerprint still matches, the data
+        // read in between belongs to that version.
+        let outcome = match read {
+            Err(e) => Err(FetchError::Errno(e)),
+            Ok(n) if n < buf.len() => Err(FetchError::Stale),
+            Ok(_) => match self.sh.fstat_as(&of.state, handle) {
+                Err(e) => Err(FetchError::Errno(e)),
+                Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
+                // A write that started before our read may still be running: the same
+                // fingerprint does not prove these bytes are one version. Serve, don't cache.
+                Ok(a) => Ok(!racy(&a.fingerprint())),
+            },
+        };
+        let cacheable = match outcome {
+            Ok(c) => c,
+            Err(e) => {
+                if matches!(e, FetchError::Stale) {
+                    FsStats::add(&self.sh.stats.stale_fetches, 1);
+                }
+                for g in run {
+                    g.complete(Err(e.clone()));
+                }
+                return Err(e);
+            }
+        };
+        let counter = if readahead {
+            &self.sh.stats.readahead_blocks
+        } else {
+            &self.sh.stats.fetched_blocks
+        };
+        FsStats::add(counter, run.len() as u64);
+        let mut out = Vec::with_capacity(run.len());
+        for (i, g) in run.into_iter().enumerate() {
+            let s = i * bs as usize;
+            let e = ((i + 1) * bs as usize).min(buf.len());
+            // One allocation per block, so evicting one block frees its memory.
+            let block = Bytes::copy_from_slice(&buf[s..e]);
+            let key = *g.key();
+            if cacheable {
+                self.sh.cache.insert(key, block.clone());
+                if let Some(ssd) = &self.sh.ssd {
+                    // Admission at fill, within the SSD tier's write budget.
+                    ssd.offer(self.ssd_key(of, key.idx), version_of(&v.fp), block.clone());
+                }
+            }
+            g.complete(Ok(block.clone()));
+            out.push((key.idx, block));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,224 @@
+//! Opening files (close-to-open: the fingerprint is checked at every open unless
+//! `meta.cto=off` lets the metadata cache answer), the backing handle opened on first need,
+//! and the operations on an open file that are not reads or writes.
+
+use super::{Objects, OpenFile};
+use crate::file_state::Observed;
+use crate::inode::Inode;
+use crate::namespace::{Entry, Requester};
+use crate::shared::{Handle, St};
+use crate::stats::FsStats;
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_store::{Attr, Errno, Result, SetAttr, Store};
+
+#[derive(Clone, Copy, Debug)]
+pub struct OpenReply {
+    pub fh: u64,
+    /// The file is unchanged since it was last opened: the kernel may keep its page cache.
+    pub keep_cache: bool,
+    /// The file changed since the kernel was last given its attributes: the kernel must drop
+    /// them (it trusts them for attr_ttl, which follows meta.ttl and may be an hour), or it
+    /// would clip reads at a stale size and break close-to-open coherence.
+    pub attrs_stale: bool,
+}
+
+impl<S: Store> Objects<S> {
+    /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
+    /// FUSE thread itself; None when it needs the backing store. Trusting the metadata cache,
+    /// the backing file is opened only when a read misses every tier.
+    pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
+        let i = self.ns.inodes.get(ino)?;
+        let st = i.file.clone()?;
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        if !read_only || self.sh.cfg.meta_cto || st.expired(self.ns.meta.ttl()) {
+            return None;
+        }
+        FsStats::add(&self.sh.stats.lazy_opens, 1);
+        FsStats::add(&self.sh.stats.opens, 1);
+        let keep_cache = st.opened_trusted();
+        let fh = self.add_open_file(i, None, flags).ok()?;
+        Some(OpenReply {
+            fh,
+            keep_cache,
+            attrs_stale: false,
+        })
+    }
+
+    /// `Fs::open` on behalf of caller thread `pid` (0: unknown).
+    pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+        if let Some(o) = self.open_fast(ino, flags) {
+            return Ok(o);
+        }
+        FsStats::add(&self.sh.stats.opens, 1);
+        let i = self.ns.inode(ino)?;
+        let st = i.file.clone().ok_or(Errno::EISDIR)?;
+        let node = match self.ns.node(&i) {
+            Err(Errno::ESTALE) => {
+                // The name holds another object now; the kernel retries (see
+                // `check_not_replaced`), and that retry's lookup must ask the store.
+                self.ns.arm_estale_retry(pid);
+                return Err(Errno::ESTALE);
+            }
+            r => r?,
+        };
+        let handle = if flags & libc::O_TRUNC != 0 {
+            // (Write-back: the dispatcher flushed the dirty data first, or its flush would
+            // land after the truncate.)
+            // Never truncate a replaced file that others may still be reading.
+            self.ns
+                .check_not_replaced(self.sh.store.getattr(&node)?.nlink, pid)?;
+            let _w = st.rw.write();
+            let h = self.sh.store.open(&node, flags)?;
+            st.invalidate(None);
+            h
+        } else {
+            self.sh.store.open(&node, flags)?
+        };
+        let attr = self.sh.fstat_as(&st, &handle)?;
+        self.ns.meta.put_attr(&attr, Instant::now());
+        if flags & libc::O_TRUNC == 0 {
+            // (O_TRUNC checked before truncating.)
+            self.ns.check_not_replaced(attr.nlink, pid)?;
+        }
+        let before = st.version().gen;
+        let opened_before = st.last_opened();
+        let keep_cache = st.opened(&attr);
+        let changed = st.version().gen != before;
+        if changed {
+            FsStats::add(&self.sh.stats.version_changes, 1);
+        }
+        // The kernel's attributes came from a lookup/getattr (which observed the state's
+        // fingerprint) or from before the previous open; either way they are stale if the
+        // fingerprint moved since.
+        let attrs_stale = changed || opened_before.is_some_and(|fp| fp != attr.fingerprint());
+        let fh = self.add_open_file(i, Some(handle), flags)?;
+        Ok(OpenReply {
+            fh,
+            keep_cache,
+            attrs_stale,
+        })
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        req: Requester,
+    ) -> Result<(Entry, OpenReply)> {
+        let p = self.ns.inode(parent)?;
+        let (node, attr, handle) =
+            self.sh
+                .store
+                .create(&self.ns.node(&p)?, name, mode, flags, self.ns.owner(req))?;
+        self.ns.meta.add_name(p.id(), name, &attr);
+        let entry = self.ns.entry(&p, name, node, attr);
+        let inode = self.ns.inode(entry.ino)?;
+        if let Some(st) = &inode.file {
+            st.invalidate(Some(&attr));
+            st.opened(&attr);
+        }
+        let fh = self.add_open_file(inode, Some(handle), flags)?;
+        Ok((
+            entry,
+            OpenReply {
+                fh,
+                keep_cache: false,
+                attrs_stale: false,
+            },
+        ))
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.files.remove(&fh);
+    }
+
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
+        let files = if fh == 0 {
+            self.implicit_files(ino)
+        } else {
+            vec![self.open_file(fh)?]
+        };
+        for of in files {
+            if let Some(h) = of.handle.get() {
+                self.sh.store.fsync(h, datasync)?;
+            }
+            // Never opened in the backing store: nothing of ours to make durable.
+        }
+        Ok(())
+    }
+
+    /// The open file's backing handle, opened now if the open was served from the metadata
+    /// cache. The backing file's fingerprint is recorded as it is opened: if it changed since
+    /// the cache validated it, the reader sees the new version from here on.
+    pub(crate) fn handle<'a>(&self, of: &'a OpenFile<S>) -> Result<&'a Handle<S>> {
+        if let Some(h) = of.handle.get() {
+            return Ok(h);
+        }
+        let _g = of.opening.lock();
+        if let Some(h) = of.handle.get() {
+            return Ok(h);
+        }
+        let node = self.ns.node(&of.inode)?;
+        let h = self.sh.store.open(&node, of.flags)?;
+        let attr = self.sh.fstat_as(&of.state, &h)?;
+        self.ns.meta.put_attr(&attr, Instant::now());
+        self.sh.observe_data(&of.state, &attr);
+        let _ = of.handle.set(h);
+        of.handle.get().ok_or(Errno::EIO)
+    }
+
+    pub fn fallocate(&self, of: &OpenFile<S>, mode: i32, offset: u64, len: u64) -> Result<()> {
+        let h = self.handle(of)?;
+        let _w = of.state.rw.write();
+        let r = self.sh.store.fallocate(h, mode, offset, len);
+        let attr = self.sh.fstat_as(&of.state, h).ok();
+        self.ns.meta.drop_attr(of.inode.id());
+        of.state.invalidate(attr.as_ref());
+        r
+    }
+
+    pub fn lseek(&self, of: &OpenFile<S>, offset: i64, whence: i32) -> Result<i64> {
+        self.sh.store.lseek(self.handle(of)?, offset, whence)
+    }
+
+    /// Changes attributes of `i` (through open file `fh` if given). Write-back's part (dirty
+    /// data first for a truncate, a time kept with dirty data) is the dispatcher's.
+    pub fn setattr(&self, i: &Arc<Inode<St<S>>>, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
+        let i = i.clone();
+        let of = match fh {
+            Some(fh) => self.files.get(&fh).map(|f| f.clone()),
+            None => None,
+        };
+        let handle = match &of {
+            Some(f) => Some(self.handle(f)?),
+            None => None,
+        };
+        let node = self.ns.node(&i)?;
+        self.ns.meta.drop_attr(i.id());
+        let Some(st) = &i.file else {
+            let attr = self.sh.store.setattr(&node, handle, set)?;
+            self.ns.meta.put_attr(&attr, Instant::now());
+            return Ok(self.ns.with_ino(&i, attr));
+        };
+        // Exclusive: a truncate must not interleave with reads that fill the cache.
+        let _w = st.rw.write();
+        let attr = self.sh.store.setattr(&node, handle, set);
+        if let Ok(a) = &attr {
+            self.ns.meta.put_attr(a, Instant::now());
+        }
+        match (&attr, set.size) {
+            (Ok(a), None) => {
+                if let Observed::Changed = self.sh.own_metadata_change(st, a) {
+                    FsStats::add(&self.sh.stats.version_changes, 1);
+                }
+            }
+            (Ok(a), Some(_)) => st.invalidate(Some(a)),
+            (Err(_), _) => st.invalidate(None),
+        }
+        Ok(self.ns.with_ino(&i, attr?))
+    }
+}

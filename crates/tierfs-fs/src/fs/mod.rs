@@ -1,0 +1,481 @@
+//! [`Fs`]: the filesystem core's entry points, one per FUSE operation (minus the wire). A
+//! thin dispatcher over the parts below it, which never import it:
+//!
+//! - `namespace`: kernel inode numbers, names, the metadata cache, the ESTALE rules;
+//! - `data`: open files, the read path, read-ahead, write-through, warm/evict;
+//! - `writeback`: dirty data over both, when `writeback.mode=back`.
+//!
+//! What the dispatcher adds is the order between them: write-back's dirty data is flushed
+//! before a namespace operation or a truncate that must follow it, reads of a file with
+//! dirty data go through write-back's overlay, and attributes shown to the kernel include
+//! dirty data (size, mtime). `admin` holds the rest of the API: stats, tunables, memory
+//! pressure, starting and stopping write-back.
+
+mod admin;
+
+use crate::counted::CountedStore;
+use crate::data::{EvictReport, Objects, OpenReply, WarmError, WarmReport};
+use crate::identity::IdStore;
+use crate::namespace::{DirEntryOut, DirOpen, Entry, Namespace, Requester};
+use crate::shared::Shared;
+use crate::stats::FsStats;
+use crate::writeback::Writeback;
+use crate::FsConfig;
+use bytes::Bytes;
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tierfs_cache::{PressureMonitor, RamCache, SsdCache};
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, StatFs, Store};
+
+pub struct Fs<S: Store> {
+    sh: Arc<Shared<S>>,
+    ns: Arc<Namespace<S>>,
+    data: Arc<Objects<S>>,
+    /// Write-back, with `writeback.mode=back` (see [`Fs::start_writeback`]).
+    wb: OnceLock<Arc<Writeback<S>>>,
+    /// Where write-back data is copied on arrival (huge-page regions).
+    write_bufs: crate::writebuf::WriteBufs,
+    /// The memory-pressure monitor (see [`Fs::start_pressure`]).
+    pressure: OnceLock<PressureMonitor>,
+}
+
+impl<S: Store> Fs<S> {
+    pub fn new(store: S, cfg: FsConfig) -> Result<Arc<Fs<S>>> {
+        Self::with_ssd(store, cfg, None)
+    }
+
+    /// A filesystem with an SSD tier below the RAM tier.
+    pub fn with_ssd(store: S, cfg: FsConfig, ssd: Option<Arc<SsdCache>>) -> Result<Arc<Fs<S>>> {
+        let store = IdStore::new(CountedStore::new(store))?;
+        let (root, root_attr) = store.root()?;
+        if root_attr.kind != FileKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let sh = Arc::new(Shared::new(store, cfg, ssd));
+        let ns = Arc::new(Namespace::new(sh.clone(), root, &root_attr));
+        let data = Arc::new(Objects::new(sh.clone(), ns.clone()));
+        Ok(Arc::new(Fs {
+            sh,
+            ns,
+            data,
+            wb: OnceLock::new(),
+            write_bufs: Default::default(),
+            pressure: OnceLock::new(),
+        }))
+    }
+
+    pub fn ssd(&self) -> Option<&Arc<SsdCache>> {
+        self.sh.ssd.as_ref()
+    }
+
+    pub fn config(&self) -> &FsConfig {
+        &self.sh.cfg
+    }
+
+    /// Whether the metadata cache is in use (`meta.ttl` and `meta.max_entries` above 0).
+    pub fn meta_cache_enabled(&self) -> bool {
+        self.ns.meta.enabled()
+    }
+
+    pub fn ram(&self) -> &RamCache {
+        &self.sh.cache
+    }
+
+    /// Lets the core have the kernel drop cached pages (the FUSE adapter sets it at mount).
+    pub fn set_kernel_cache(&self, k: Arc<dyn crate::KernelCache>) {
+        self.sh.set_kernel_cache(k);
+    }
+
+    fn wb(&self) -> Option<&Arc<Writeback<S>>> {
+        self.wb.get()
+    }
+
+    /// Attributes as the application sees them: with write-back, size and mtime include
+    /// dirty data.
+    fn shown(&self, ino: u64, mut attr: Attr) -> Attr {
+        if let (Some(wb), Some(i)) = (self.wb(), self.ns.inodes.get(ino)) {
+            wb.overlay_attr(&i, &mut attr);
+        }
+        attr
+    }
+
+    fn shown_entry(&self, mut e: Entry) -> Entry {
+        e.attr = self.shown(e.ino, e.attr);
+        e
+    }
+
+    /// Write-back: `parent/name`'s dirty data reaches the store before a namespace
+    /// operation on it.
+    fn settle_name(&self, parent: u64, name: &OsStr) -> Result<()> {
+        match self.wb() {
+            Some(wb) => wb.settle_name(parent, name),
+            None => Ok(()),
+        }
+    }
+
+    /// Write-back: `ino`'s dirty data reaches the store before an operation that must
+    /// follow it (truncate, fallocate, SEEK_DATA, link).
+    fn settle_file(&self, ino: u64) -> Result<()> {
+        match self.wb() {
+            Some(wb) => wb.settle_file(&self.ns.inode(ino)?),
+            None => Ok(()),
+        }
+    }
+
+    // ---------------------------------------------------------------- names and attributes
+
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Entry> {
+        self.lookup_by(parent, name, 0)
+    }
+
+    /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
+    pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
+        Ok(self.shown_entry(self.ns.lookup_by(parent, name, pid)?))
+    }
+
+    /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
+    /// None when it would need the SSD tier or the backing store.
+    pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
+        let r = self.ns.lookup_fast(parent, name, pid)?;
+        Some(r.map(|e| self.shown_entry(e)))
+    }
+
+    /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
+    pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, Duration)> {
+        let (a, age) = self.ns.getattr_fast(ino)?;
+        Some((self.shown(ino, a), age))
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        if self.ns.forget(ino, n) {
+            self.data.forgotten(ino);
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        Ok(self.getattr_aged(ino)?.0)
+    }
+
+    /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
+    pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, Duration)> {
+        let (a, age) = self.ns.getattr_aged(ino)?;
+        Ok((self.shown(ino, a), age))
+    }
+
+    pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
+        let i = self.ns.inode(ino)?;
+        if let Some(wb) = self.wb() {
+            if set.size.is_some() {
+                // The dirty data first, so the truncate applies after it.
+                wb.settle_file(&i)?;
+            } else if let Some(m) = &set.mtime {
+                // A time set on a file with dirty data (tar, cp -p, rsync after writing a
+                // file) is kept with the dirty data and applied after its flush, which would
+                // otherwise move mtime again; flushing here would cost a sync per file.
+                wb.note_dirty_mtime(&i, m);
+            }
+        }
+        let a = self.data.setattr(&i, fh, set)?;
+        Ok(self.shown(ino, a))
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<OsString> {
+        self.ns.readlink(ino)
+    }
+
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        req: Requester,
+    ) -> Result<Entry> {
+        self.ns.mknod(parent, name, mode, rdev, req)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
+        self.ns.mkdir(parent, name, mode, req)
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+        req: Requester,
+    ) -> Result<Entry> {
+        self.ns.symlink(parent, name, target, req)
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        self.settle_file(ino)?;
+        Ok(self.shown_entry(self.ns.link(ino, newparent, newname)?))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.settle_name(parent, name)?;
+        self.ns.unlink(parent, name)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.ns.rmdir(parent, name)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        // A file's data reaches the backing store before its new name does.
+        self.settle_name(parent, name)?;
+        self.settle_name(newparent, newname)?;
+        self.ns.rename(parent, name, newparent, newname, flags)
+    }
+
+    // ---------------------------------------------------------------- directories
+
+    /// Reads the directory once; later readdir calls page through this snapshot, so offsets
+    /// stay valid while the directory changes.
+    pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
+        self.ns.opendir(ino)
+    }
+
+    /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
+    /// memory) has the listing: no I/O, for the FUSE thread itself.
+    pub fn opendir_fast(&self, ino: u64) -> Option<DirOpen> {
+        self.ns.opendir_fast(ino)
+    }
+
+    /// Entries from `offset` on.
+    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
+        self.ns.readdir(fh, offset)
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.ns.releasedir(fh)
+    }
+
+    pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
+        self.ns.fsyncdir(ino, datasync)
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        self.ns.statfs()
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
+        self.ns.getxattr(ino, name)
+    }
+
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        self.ns.listxattr(ino)
+    }
+
+    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.ns.setxattr(ino, name, value, flags)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        self.ns.removexattr(ino, name)
+    }
+
+    // ---------------------------------------------------------------- open files
+
+    /// Opens a file. Close-to-open coherence: the backing file's fingerprint is checked here,
+    /// every time; a change drops our cached blocks and the kernel's page cache.
+    pub fn open(&self, ino: u64, flags: i32) -> Result<OpenReply> {
+        self.open_by(ino, flags, 0)
+    }
+
+    /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
+    /// FUSE thread itself; None when it needs the backing store.
+    pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
+        self.data.open_fast(ino, flags)
+    }
+
+    /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
+    pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+        if flags & libc::O_TRUNC != 0 {
+            // The dirty data first, or its flush would land after the truncate.
+            self.settle_file(ino)?;
+        }
+        self.data.open_by(ino, flags, pid)
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        req: Requester,
+    ) -> Result<(Entry, OpenReply)> {
+        if flags & libc::O_TRUNC != 0 {
+            // An existing file is truncated: its dirty data first (see `open_by`).
+            self.settle_name(parent, name)?;
+        }
+        let (e, o) = self.data.create(parent, name, mode, flags, req)?;
+        if self.wb().is_some() {
+            // Its directory is synced before the journal lets go of its data.
+            if let Some(st) = self.ns.inodes.get(e.ino).and_then(|i| i.file.clone()) {
+                st.created.store(true, Release);
+            }
+        }
+        Ok((self.shown_entry(e), o))
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.data.release(fh)
+    }
+
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
+        if let Some(wb) = self.wb() {
+            wb.fsync_back(&self.ns.inode(ino)?)?;
+        }
+        self.data.fsync(ino, fh, datasync)
+    }
+
+    /// close(2) (FUSE FLUSH): in write-back mode the file's data per `writeback.close`, and a
+    /// flush error not yet reported.
+    pub fn flush(&self, ino: u64) -> Result<()> {
+        match self.wb() {
+            Some(wb) => wb.flush(ino),
+            None => Ok(()),
+        }
+    }
+
+    pub fn fallocate(&self, ino: u64, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        let of = self.data.file_for(ino, fh, true)?;
+        if let Some(wb) = self.wb() {
+            wb.settle_file(&of.inode)?;
+        }
+        self.data.fallocate(&of, mode, offset, len)
+    }
+
+    pub fn lseek(&self, ino: u64, fh: u64, offset: i64, whence: i32) -> Result<i64> {
+        let of = self.data.file_for(ino, fh, false)?;
+        if let Some(wb) = self.wb() {
+            // SEEK_DATA/SEEK_HOLE ask the backing file where its data is: it must hold it all.
+            wb.settle_file(&of.inode)?;
+        }
+        self.data.lseek(&of, offset, whence)
+    }
+
+    // ---------------------------------------------------------------- data
+
+    /// The fast path, safe to run on a FUSE worker thread: answers only if every block is in
+    /// RAM (or an SSD read-around window) and the file's fingerprint is fresh, and never
+    /// blocks on I/O. Hands the data to `reply` and returns whether it did.
+    pub fn read_cached_with(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(&[u8]),
+    ) -> bool {
+        self.data.read_cached_with(ino, fh, offset, size, reply)
+    }
+
+    /// The full read path; may block on the backing store.
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let of = self.data.file_for(ino, fh, false)?;
+        if let Some(wb) = self.wb() {
+            if of.state.has_dirty.load(Acquire) {
+                return wb.read_over_dirty(&of, offset, size);
+            }
+        }
+        self.data.read(&of, offset, size)
+    }
+
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_owned(ino, fh, offset, data.to_vec())
+    }
+
+    /// [`Fs::write`] of a buffer the caller gives away: write-back keeps it as the dirty
+    /// extent without copying it.
+    pub fn write_owned(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: impl Into<Bytes>,
+    ) -> Result<u32> {
+        let data: Bytes = data.into();
+        let of = self.data.file_for(ino, fh, true)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        match self.wb() {
+            Some(wb) => {
+                let n = wb.write_back(&of, offset, data)?;
+                self.count_write(n);
+                Ok(n)
+            }
+            None => self.data.write_through(&of, offset, &data),
+        }
+    }
+
+    fn count_write(&self, n: u32) {
+        FsStats::add(&self.sh.stats.write_requests, 1);
+        FsStats::add(&self.sh.stats.write_bytes, n as u64);
+    }
+
+    /// The request's data as a buffer the core may keep: in write-back mode from huge-page
+    /// regions (see `writebuf`), since it stays in RAM until flushed.
+    pub fn write_buf(&self, data: &[u8]) -> Bytes {
+        match self.wb() {
+            Some(_) => self.write_bufs.copy(data),
+            None => Bytes::copy_from_slice(data),
+        }
+    }
+
+    /// A write-back write answered on the calling (FUSE) thread, without a hand-off to the
+    /// I/O pool, when nothing in it can wait. `Err` gives the data back: the caller sends it
+    /// to [`Fs::write_owned`] on a thread that may wait.
+    pub fn try_write_inline(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: Bytes,
+    ) -> std::result::Result<Result<u32>, Bytes> {
+        let Some(wb) = self.wb() else {
+            return Err(data);
+        };
+        if data.is_empty() {
+            return Err(data);
+        }
+        let of = match self.data.file_for(ino, fh, true) {
+            Ok(of) => of,
+            Err(e) => return Ok(Err(e)),
+        };
+        let r = wb.write_back_with(&of, offset, data, true)?;
+        if let Ok(n) = r {
+            self.count_write(n);
+        }
+        Ok(r)
+    }
+
+    /// Pre-loads the regular file at `rel` into the SSD tier. With `budget`, admission waits
+    /// for the SSD write budget; without, it takes none.
+    pub fn warm_file(
+        &self,
+        rel: &Path,
+        budget: bool,
+    ) -> std::result::Result<WarmReport, WarmError> {
+        self.data.warm_file(rel, budget)
+    }
+
+    /// Drops what the tiers hold of the object at `rel`.
+    pub fn evict_path(&self, rel: &Path) -> std::result::Result<EvictReport, Errno> {
+        self.data.evict_path(rel)
+    }
+}

@@ -1,0 +1,244 @@
+//! Directory listings: one listing of a directory at a time from the store (with every
+//! entry's attributes), kept in the metadata cache and the SSD tier, and the directory
+//! handles readdir pages through.
+
+use super::{DirEntryOut, Namespace};
+use crate::inode::Inode;
+use crate::shared::{meta_key, Listed, St};
+use crate::stats::FsStats;
+use std::ffi::OsString;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_cache::{Claim, KIND_DIR};
+use tierfs_store::{Attr, Errno, FileKind, Result, Store};
+
+/// An opened directory.
+#[derive(Clone, Copy, Debug)]
+pub struct DirOpen {
+    pub fh: u64,
+    /// The kernel may cache the directory's entries (FOPEN_CACHE_DIR): listings are
+    /// revalidated by `meta.ttl` like everything else.
+    pub cache: bool,
+    /// It may keep what it cached at the previous opendir: the names are unchanged since
+    /// (FOPEN_KEEP_CACHE).
+    pub keep_cache: bool,
+}
+
+pub(crate) struct DirHandle {
+    entries: Vec<DirEntryOut>,
+}
+
+impl<S: Store> Namespace<S> {
+    /// Lists a directory with attributes from the backing store and records the result.
+    /// One listing of a directory at a time: a lookup or opendir that needs it while it is
+    /// being listed waits for that listing instead of starting another (on a slow store a
+    /// listing takes seconds, and a `du` or `ls -l` asks for every name in it meanwhile).
+    pub(crate) fn list_dir(&self, d: &Arc<Inode<St<S>>>) -> Result<Listed> {
+        match self.listings.claim(d.id()) {
+            Claim::Leader(g) => {
+                let r = self.list_dir_now(d);
+                g.complete(r.clone());
+                r
+            }
+            Claim::Follower(w) => w.wait(),
+        }
+    }
+
+    pub(crate) fn list_dir_now(&self, d: &Arc<Inode<St<S>>>) -> Result<Listed> {
+        let node = self.node(d)?;
+        // The directory's attributes name the listing's version in the SSD tier: they must
+        // be taken *before* the listing, so a change in between gives a version that no
+        // later lookup asks for (a miss), never an old listing under a new version.
+        let dir_attr = match self.meta.attr(d.id()) {
+            Some((a, _)) => Some(a),
+            None if self.ssd_meta() => self.sh.store.getattr(&node).ok(),
+            None => None,
+        };
+        let listing = self.sh.store.readdir_plus(&node)?;
+        // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
+        // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
+        // otherwise be stale on arrival, and every lookup in the directory would list it
+        // again.
+        let at = Instant::now();
+        let mut out = Vec::with_capacity(listing.len());
+        let mut complete = true;
+        for (e, attr) in listing {
+            match attr {
+                Some(a) => out.push((e.name, a)),
+                None => complete = false,
+            }
+        }
+        FsStats::add(&self.sh.stats.meta_listings, 1);
+        if complete {
+            self.meta.put_listing(d.id(), &out, at);
+            if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
+                self.persist_listing(&da, &out, at);
+            }
+        } else {
+            // Entries vanished while listing, or the store cannot stat in the same pass:
+            // not a listing to answer negative lookups from.
+            self.meta.drop_listing(d.id());
+            for (_, a) in &out {
+                self.meta.put_attr(a, at);
+            }
+        }
+        Ok(Arc::new(out))
+    }
+
+    pub(crate) fn ssd_meta(&self) -> bool {
+        self.sh.ssd.is_some() && self.meta.enabled()
+    }
+
+    pub(crate) fn persist_listing(&self, dir: &Attr, entries: &[(OsString, Attr)], at: Instant) {
+        let Some(ssd) = &self.sh.ssd else { return };
+        if let Some(rec) = crate::meta_codec::encode_listing(entries, at) {
+            let v = crate::meta_codec::version_of(&dir.fingerprint());
+            ssd.offer(meta_key(KIND_DIR, dir), v, rec.into());
+        }
+    }
+
+    /// Brings a directory's listing back from the SSD tier (after a restart, or after the
+    /// RAM copy was dropped), if the directory is unchanged since it was stored.
+    /// With `no_io`, only from data already in memory (a read-around window).
+    pub(crate) fn restore_listing(&self, d: &Arc<Inode<St<S>>>, no_io: bool) -> bool {
+        if !self.ssd_meta() {
+            return false;
+        }
+        let (Some(ssd), Some((dattr, _))) = (&self.sh.ssd, self.meta.attr(d.id())) else {
+            return false;
+        };
+        let v = crate::meta_codec::version_of(&dattr.fingerprint());
+        let key = meta_key(KIND_DIR, &dattr);
+        let rec = if no_io {
+            ssd.get_buffered(&key, v)
+        } else {
+            ssd.get(&key, v)
+        };
+        let Some(rec) = rec else {
+            return false;
+        };
+        let Some((entries, validated)) = crate::meta_codec::decode_listing(&rec) else {
+            return false;
+        };
+        FsStats::add(&self.sh.stats.meta_ssd_hits, 1);
+        self.meta.put_listing(d.id(), &entries, validated);
+        true
+    }
+
+    /// Reads the directory once; later readdir calls page through this snapshot, so offsets
+    /// stay valid while the directory changes.
+    pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
+        let i = self.inode(ino)?;
+        if i.kind != FileKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if !self.meta.has_listing(i.id()) {
+            self.restore_listing(&i, false);
+        }
+        let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(&i) {
+            Some(l) => l,
+            None if self.meta.enabled() => self
+                .list_dir(&i)?
+                .iter()
+                .map(|(name, a)| (name.clone(), a.kind, self.inodes.kernel_ino(a)))
+                .collect(),
+            None => self
+                .sh
+                .store
+                .readdir(&self.node(&i)?)?
+                .into_iter()
+                .map(|e| {
+                    let ino = self.inodes.kernel_ino_of_ident((e.dev, e.ino));
+                    (e.name, e.kind.unwrap_or(FileKind::File), ino)
+                })
+                .collect(),
+        };
+        Ok(self.dir_open(&i, listing))
+    }
+
+    /// A directory handle for `listing`, and what the kernel may do with its copy.
+    pub(crate) fn dir_open(
+        &self,
+        i: &Inode<St<S>>,
+        listing: Vec<(OsString, FileKind, u64)>,
+    ) -> DirOpen {
+        let fh = self.add_dir_handle(i.ino, listing);
+        DirOpen {
+            fh,
+            cache: self.meta.enabled(),
+            keep_cache: self.meta.enabled() && self.meta.opened(i.id()),
+        }
+    }
+
+    /// [`Namespace::opendir`] when the metadata cache (or an SSD read-around window already in
+    /// memory) has the listing: no I/O, for the FUSE thread itself.
+    pub fn opendir_fast(&self, ino: u64) -> Option<DirOpen> {
+        let i = self.inodes.get(ino)?;
+        if i.kind != FileKind::Dir {
+            return None;
+        }
+        if !self.meta.has_listing(i.id()) {
+            self.restore_listing(&i, true);
+        }
+        let listing = self.cached_listing(&i)?;
+        Some(self.dir_open(&i, listing))
+    }
+
+    /// A fresh cached listing as (name, kind, kernel inode).
+    pub(crate) fn cached_listing(
+        &self,
+        i: &Inode<St<S>>,
+    ) -> Option<Vec<(OsString, FileKind, u64)>> {
+        let l = self.meta.listing(i.id())?;
+        FsStats::add(&self.sh.stats.meta_hits, 1);
+        Some(
+            l.into_iter()
+                .map(|(name, c)| (name, c.kind, self.inodes.kernel_ino_of_ident(c.id)))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn add_dir_handle(&self, ino: u64, listing: Vec<(OsString, FileKind, u64)>) -> u64 {
+        let mut entries = Vec::with_capacity(listing.len() + 2);
+        entries.push(DirEntryOut {
+            ino,
+            name: ".".into(),
+            kind: FileKind::Dir,
+            next_offset: 1,
+        });
+        entries.push(DirEntryOut {
+            ino,
+            name: "..".into(),
+            kind: FileKind::Dir,
+            next_offset: 2,
+        });
+        for (name, kind, ino) in listing {
+            let next_offset = entries.len() as u64 + 1;
+            entries.push(DirEntryOut {
+                ino,
+                name,
+                kind,
+                next_offset,
+            });
+        }
+        let fh = self.next_dir_fh.fetch_add(1, Relaxed);
+        self.dirs.insert(fh, Arc::new(DirHandle { entries }));
+        fh
+    }
+
+    /// Entries from `offset` on.
+    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
+        let d = self.dirs.get(&fh).map(|d| d.clone()).ok_or(Errno::EBADF)?;
+        Ok(d.entries.iter().skip(offset as usize).cloned().collect())
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.remove(&fh);
+    }
+
+    /// Directory handles open.
+    pub fn open_dirs(&self) -> usize {
+        self.dirs.len()
+    }
+}

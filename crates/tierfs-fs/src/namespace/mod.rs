@@ -1,0 +1,296 @@
+//! The namespace: kernel inode numbers and the backing objects behind them, names, the
+//! metadata cache (attributes, listings, symlink targets in RAM and the SSD tier) and the
+//! ESTALE rules. It knows nothing of file data: the data path (`data`) and write-back stand
+//! on it, never the other way round.
+//!
+//! Files: this one (the table, lookups, attributes), `listing` (directory listings and
+//! handles), `names` (creating and removing names), `rename`, `estale` (replaced files and
+//! the kernel's retry), `attrs` (symlinks, xattrs, statfs).
+
+mod attrs;
+mod estale;
+mod listing;
+mod names;
+mod rename;
+
+pub use listing::DirOpen;
+
+use crate::identity::Ident;
+use crate::inode::{Inode, InodeTable};
+use crate::meta::{ident, MetaCache, NameLookup};
+use crate::shared::{Listed, Node, Shared, St};
+use crate::stats::FsStats;
+use dashmap::DashMap;
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_cache::SingleFlight;
+use tierfs_store::{Attr, Errno, FileKind, Owner, Result, Store};
+
+/// A name the kernel now knows: inode number and attributes (with `attr.ino` = that number).
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub ino: u64,
+    pub attr: Attr,
+    /// How old the attributes are (served from the metadata cache): the kernel should trust
+    /// them that much less.
+    pub age: std::time::Duration,
+}
+
+/// Who asked, for ownership of new objects.
+#[derive(Clone, Copy, Debug)]
+pub struct Requester {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirEntryOut {
+    pub ino: u64,
+    pub name: OsString,
+    pub kind: FileKind,
+    /// Offset of the entry after this one.
+    pub next_offset: u64,
+}
+
+pub(crate) struct Namespace<S: Store> {
+    pub sh: Arc<Shared<S>>,
+    pub inodes: InodeTable<St<S>>,
+    pub meta: MetaCache,
+    /// Listings in progress, one per directory (see [`Namespace::list_dir`]).
+    listings: SingleFlight<Ident, Result<Listed>>,
+    /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
+    /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
+    estale: DashMap<u32, u64>,
+    dirs: DashMap<u64, Arc<listing::DirHandle>>,
+    next_dir_fh: AtomicU64,
+    as_root: bool,
+}
+
+impl<S: Store> Namespace<S> {
+    pub fn new(sh: Arc<Shared<S>>, root: Node<S>, root_attr: &Attr) -> Namespace<S> {
+        let ns = Namespace {
+            inodes: InodeTable::new(root, root_attr, 1 << 20),
+            meta: MetaCache::new(
+                sh.cfg.meta_ttl,
+                sh.cfg.meta_max_entries,
+                sh.store.identity_kind() == tierfs_store::Identity::Path,
+            ),
+            listings: SingleFlight::new(Err(Errno::EIO)),
+            estale: DashMap::new(),
+            dirs: DashMap::new(),
+            next_dir_fh: AtomicU64::new(1),
+            // SAFETY: geteuid has no preconditions.
+            as_root: unsafe { libc::geteuid() } == 0,
+            sh,
+        };
+        ns.meta.put_attr(root_attr, Instant::now());
+        ns
+    }
+
+    pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode<St<S>>>> {
+        // ESTALE: the kernel named an inode we no longer know (it cannot, by the forget
+        // protocol, unless the daemon restarted under it).
+        self.inodes.get(ino).ok_or(Errno::ESTALE)
+    }
+
+    pub(crate) fn owner(&self, req: Requester) -> Owner {
+        self.as_root.then_some((req.uid, req.gid))
+    }
+
+    /// Records a name the kernel learns, found under `parent` as `name` with `node`.
+    pub(crate) fn entry(
+        &self,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        node: Node<S>,
+        mut attr: Attr,
+    ) -> Entry {
+        self.meta.put_attr(&attr, Instant::now());
+        let inode = self.inodes.remember(parent.clone(), name, node, &attr);
+        attr.ino = inode.ino;
+        Entry {
+            ino: inode.ino,
+            age: self.kernel_age(&attr, std::time::Duration::ZERO),
+            attr,
+        }
+    }
+
+    /// How old the kernel should take `attr` to be. With path identities each name of a
+    /// hard-linked file is an object of its own, and a link or unlink through one name
+    /// changes the others' link count unseen: such attributes are not to be kept at all.
+    pub(crate) fn kernel_age(&self, attr: &Attr, age: std::time::Duration) -> std::time::Duration {
+        if self.meta.distrusts(attr) {
+            std::time::Duration::MAX
+        } else {
+            age
+        }
+    }
+
+    pub(crate) fn with_ino(&self, inode: &Inode<St<S>>, mut attr: Attr) -> Attr {
+        attr.ino = inode.ino;
+        attr
+    }
+
+    /// `Fs::lookup` on behalf of caller thread `pid` (0: unknown), see `Fs::open_by`.
+    pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
+        let p = self.inode(parent)?;
+        // The kernel's retry of an open we answered ESTALE asks the store: the metadata
+        // cache may still name the replaced file, and the retry is the last one the VFS makes.
+        let cached = if self.retrying_after_estale(pid) {
+            None
+        } else {
+            self.lookup_cached(&p, name)?
+        };
+        let e = match cached {
+            Some(e) => e,
+            None => {
+                let (node, attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
+                // A name the listing lacked (created behind our back): it has it now.
+                self.meta.learn_name(p.id(), name, &attr);
+                self.entry(&p, name, node, attr)
+            }
+        };
+        Ok(e)
+    }
+
+    /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
+    /// None when it would need the SSD tier or the backing store.
+    pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
+        if !self.meta.enabled() || self.retrying_after_estale(pid) {
+            return None;
+        }
+        let p = self.inodes.get(parent)?;
+        self.answer_from_listing(&p, name, self.meta.lookup(p.id(), name))
+    }
+
+    /// [`Namespace::getattr_aged`] when the metadata cache can answer without I/O.
+    pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, std::time::Duration)> {
+        let i = self.inodes.get(ino)?;
+        let (attr, at) = self.meta.attr(i.id())?;
+        FsStats::add(&self.sh.stats.meta_hits, 1);
+        Some((
+            self.with_ino(&i, attr),
+            self.kernel_age(&attr, at.elapsed()),
+        ))
+    }
+
+    /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
+    /// listing of a directory listed before is revalidated with one listing, for every name
+    /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory),
+    /// when it holds the name asked for. A name it lacks is asked for alone: such lookups
+    /// come from programs creating names (`tar -x`, a build, `cp -r` into the directory),
+    /// and a relisting would not answer them but cost an `fstatat` per entry each time the
+    /// listing expired, which over NFS made an untar into large directories quadratic.
+    pub(crate) fn lookup_cached(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+    ) -> Result<Option<Entry>> {
+        if !self.meta.enabled() || p.kind != FileKind::Dir {
+            return Ok(None);
+        }
+        let mut found = self.meta.lookup(p.id(), name);
+        if matches!(found, NameLookup::Unknown) && !self.meta.has_listing(p.id()) {
+            self.restore_listing(p, false);
+            found = self.meta.lookup(p.id(), name);
+        }
+        if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id(), name) {
+            self.list_dir(p)?;
+            found = self.meta.lookup(p.id(), name);
+        }
+        self.answer_from_listing(p, name, found).transpose()
+    }
+
+    /// The entry a cached listing gives for `name`: ENOENT if the fresh listing lacks it,
+    /// None if the cache cannot answer (no fresh listing, or no fresh attributes).
+    pub(crate) fn answer_from_listing(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        found: NameLookup,
+    ) -> Option<Result<Entry>> {
+        let child = match found {
+            NameLookup::Found(c) => c,
+            // Close-to-open covers new names too: a file created behind our back must be
+            // found by the next open, so with `meta.cto` a name missing from the listing is
+            // asked for (a positive answer is checked again by the open itself).
+            NameLookup::Absent if self.sh.cfg.meta_cto => return None,
+            NameLookup::Absent => {
+                FsStats::add(&self.sh.stats.meta_hits, 1);
+                return Some(Err(Errno::ENOENT));
+            }
+            NameLookup::Unknown => return None,
+        };
+        let (mut attr, at) = self.meta.attr(child.id)?;
+        FsStats::add(&self.sh.stats.meta_hits, 1);
+        let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
+        attr.ino = inode.ino;
+        Some(Ok(Entry {
+            ino: inode.ino,
+            attr,
+            age: self.kernel_age(&attr, at.elapsed()),
+        }))
+    }
+
+    /// The backing node of an inode, resolving it from its parent and name if the inode was
+    /// learned from the metadata cache. ESTALE if the name now holds another object: the
+    /// kernel then looks the path up again.
+    pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<Node<S>> {
+        if let Some(n) = i.node() {
+            return Ok(n);
+        }
+        let origin = i.origin.lock().clone();
+        let Some((parent, name)) = origin else {
+            return i.node().ok_or(Errno::ESTALE);
+        };
+        let pnode = self.node(&parent)?;
+        let (node, attr) = match self.sh.store.lookup(&pnode, &name) {
+            Ok(r) => r,
+            Err(e) => {
+                self.meta.drop_listing(parent.id());
+                return Err(if e == Errno::ENOENT { Errno::ESTALE } else { e });
+            }
+        };
+        if ident(&attr) != i.id() {
+            self.meta.drop_listing(parent.id());
+            return Err(Errno::ESTALE);
+        }
+        self.meta.put_attr(&attr, Instant::now());
+        self.inodes.hold_node(i, node.clone());
+        Ok(node)
+    }
+
+    /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).
+    pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
+        let i = self.inode(ino)?;
+        if let Some((attr, at)) = self.meta.attr(i.id()) {
+            FsStats::add(&self.sh.stats.meta_hits, 1);
+            return Ok((
+                self.with_ino(&i, attr),
+                self.kernel_age(&attr, at.elapsed()),
+            ));
+        }
+        let attr = self.sh.store.getattr(&self.node(&i)?)?;
+        self.meta.put_attr(&attr, Instant::now());
+        if let Some(st) = &i.file {
+            self.sh.observe(st, &attr);
+        }
+        let age = self.kernel_age(&attr, std::time::Duration::ZERO);
+        Ok((self.with_ino(&i, attr), age))
+    }
+
+    /// The kernel forgot `n` lookups of `ino`; true if it forgot the inode (and its pages).
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
+        let state = self.inodes.get(ino).and_then(|i| i.file.clone());
+        self.inodes.forget(ino, n);
+        if self.inodes.get(ino).is_some() {
+            return false;
+        }
+        if let Some(st) = state {
+            st.served.reset();
+        }
+        true
+    }
+}

@@ -1,0 +1,170 @@
+//! Names made and removed through tierfs: mknod, mkdir, symlink, link, unlink, rmdir. The
+//! metadata cache learns each change at once (no relisting), and with path identities an
+//! object whose name went away gets an identity of its own.
+
+use super::{Entry, Namespace, Requester};
+use crate::identity::{is_path_id, Ident};
+use crate::inode::Inode;
+use crate::meta::{ident, NameLookup};
+use crate::shared::{Node, St};
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_store::{Result, Store};
+
+impl<S: Store> Namespace<S> {
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        req: Requester,
+    ) -> Result<Entry> {
+        let p = self.inode(parent)?;
+        let (node, attr) =
+            self.sh
+                .store
+                .mknod(&self.node(&p)?, name, mode, rdev, self.owner(req))?;
+        self.meta.add_name(p.id(), name, &attr);
+        Ok(self.entry(&p, name, node, attr))
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
+        let p = self.inode(parent)?;
+        let (node, attr) = self
+            .sh
+            .store
+            .mkdir(&self.node(&p)?, name, mode, self.owner(req))?;
+        self.meta.add_name(p.id(), name, &attr);
+        // A new directory is empty: its listing is known without asking.
+        self.meta.put_listing(ident(&attr), &[], Instant::now());
+        Ok(self.entry(&p, name, node, attr))
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+        req: Requester,
+    ) -> Result<Entry> {
+        let p = self.inode(parent)?;
+        let (node, attr) = self
+            .sh
+            .store
+            .symlink(&self.node(&p)?, name, target, self.owner(req))?;
+        self.meta.add_name(p.id(), name, &attr);
+        self.meta.put_link_target(&attr, target);
+        Ok(self.entry(&p, name, node, attr))
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        let i = self.inode(ino)?;
+        let np = self.inode(newparent)?;
+        let node = self.node(&i)?;
+        let attr = self.sh.store.link(&node, &self.node(&np)?, newname)?;
+        // With path identities the new name is an object of its own; the old name's link
+        // count moved unseen (and its attributes are not trusted from now on, see
+        // `MetaCache::distrusts`).
+        let node = self.sh.store.relabel(&node, ident(&attr));
+        if ident(&attr) != i.id() {
+            self.meta.drop_attr(i.id());
+            if let Some(k) = self.sh.kernel() {
+                k.drop_attrs(i.ino);
+            }
+        } else if let Some(st) = &i.file {
+            self.sh.own_metadata_change(st, &attr);
+        }
+        self.meta.add_name(np.id(), newname, &attr);
+        Ok(self.entry(&np, newname, node, attr))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let p = self.inode(parent)?;
+        let pnode = self.node(&p)?;
+        let victim = self.resolve_victim(&p, name, true);
+        let r = self.sh.store.unlink(&pnode, name);
+        self.after_name_change(&p, name, &r);
+        if let Some(id) = victim {
+            self.meta.drop_attr(id);
+            if r.is_ok() {
+                self.name_gone(id);
+            }
+        }
+        r
+    }
+
+    /// With path identities, an object whose name went away (unlink, rmdir) is no longer
+    /// what its identity (its path's) names: it gets one of its own, so that what is created
+    /// under that name next (a new file, a link) is another object.
+    pub(crate) fn name_gone(&self, id: Ident) {
+        if is_path_id(id) {
+            let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
+            self.inodes.vacate(id, None, &relabel);
+        }
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let p = self.inode(parent)?;
+        let pnode = self.node(&p)?;
+        let victim = self.resolve_victim(&p, name, true);
+        let r = self.sh.store.rmdir(&pnode, name);
+        self.after_name_change(&p, name, &r);
+        if let Some(id) = victim {
+            self.meta.drop_listing(id);
+            if r.is_ok() {
+                self.name_gone(id);
+            }
+        }
+        r
+    }
+
+    /// Before a name goes away: an inode the kernel knows under it but whose node was never
+    /// resolved (learned from the metadata cache) resolves now, while the name still leads
+    /// to it; open files and later operations on it keep working.
+    /// Returns the identity the name holds (its attributes change: link count, ctime).
+    /// With `pin`, the inode keeps its node from now on (the name it was found by goes away).
+    pub(crate) fn resolve_victim(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        pin: bool,
+    ) -> Option<crate::meta::Ident> {
+        let known = match self.meta.lookup(p.id(), name) {
+            NameLookup::Found(c) => self.inodes.by_ident(c.id).map(|i| (c.id, i)),
+            _ => None,
+        };
+        if let Some((id, i)) = known {
+            if pin {
+                if let Ok(n) = self.node(&i) {
+                    i.pin_node(n);
+                }
+            }
+            return Some(id);
+        }
+        if !self.meta.enabled() && !pin {
+            return None;
+        }
+        // Not in a listing: ask, or the cached attributes of the object would keep a link
+        // count that is no longer true.
+        let (node, attr) = self.sh.store.lookup(&self.node(p).ok()?, name).ok()?;
+        if pin {
+            if let Some(i) = self.inodes.by_ident(ident(&attr)) {
+                i.pin_node(node);
+            }
+        }
+        Some(ident(&attr))
+    }
+
+    /// After an operation removed `name` from `p` (or failed doing so).
+    pub(crate) fn after_name_change(&self, p: &Arc<Inode<St<S>>>, name: &OsStr, r: &Result<()>) {
+        match r {
+            Ok(()) => {
+                self.meta.remove_name(p.id(), name);
+            }
+            // The name's state is not what we thought: ask again next time.
+            Err(_) => self.meta.drop_listing(p.id()),
+        }
+    }
+}

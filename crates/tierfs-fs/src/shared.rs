@@ -1,0 +1,141 @@
+//! What every part of the core shares: the store (with identities stamped on its answers),
+//! the configuration, the counters, the cache tiers and the kernel's page cache. Beyond
+//! accessors, only the bookkeeping of a file's version against the tiers lives here: it is
+//! needed alike by the namespace (a rename or chmod moves a ctime), the data path and
+//! write-back, and touches nothing but these.
+
+use crate::counted::CountedStore;
+use crate::file_state::{FileState, Observed};
+use crate::identity::IdStore;
+use crate::stats::FsStats;
+use crate::FsConfig;
+use std::ffi::OsString;
+use std::sync::{Arc, OnceLock};
+use tierfs_cache::{RamCache, SsdCache, SsdKey};
+use tierfs_store::{Attr, Result, Store};
+
+/// The store as the core sees it: counted, and with every attribute carrying the object's
+/// identity (see `identity`).
+pub(crate) type St<S> = IdStore<CountedStore<S>>;
+/// A backing node and an open backing file as the core holds them (with their identity).
+pub(crate) type Node<S> = <St<S> as Store>::Node;
+pub(crate) type Handle<S> = <St<S> as Store>::Handle;
+/// A directory's entries with their attributes, as one listing gave them.
+pub(crate) type Listed = Arc<Vec<(OsString, Attr)>>;
+
+pub(crate) struct Shared<S: Store> {
+    pub store: St<S>,
+    pub cfg: FsConfig,
+    pub stats: FsStats,
+    /// The RAM tier; shared with the memory-pressure monitor, which sets its cap.
+    pub cache: Arc<RamCache>,
+    /// The persistent second-level tier, if the mount has one.
+    pub ssd: Option<Arc<SsdCache>>,
+    /// The kernel's page cache, once the FUSE adapter has set it (see [`crate::served`]).
+    kernel: OnceLock<Arc<dyn crate::KernelCache>>,
+}
+
+/// The SSD-tier key of an object's metadata record (`KIND_DIR`, `KIND_LINK`).
+pub(crate) fn meta_key(kind: u8, a: &Attr) -> SsdKey {
+    SsdKey {
+        kind,
+        dev: a.dev,
+        ino: a.ino,
+        idx: 0,
+    }
+}
+
+impl<S: Store> Shared<S> {
+    pub fn new(store: St<S>, cfg: FsConfig, ssd: Option<Arc<SsdCache>>) -> Shared<S> {
+        Shared {
+            cache: Arc::new(RamCache::new(cfg.ram_max)),
+            stats: FsStats::default(),
+            kernel: OnceLock::new(),
+            store,
+            cfg,
+            ssd,
+        }
+    }
+
+    pub fn kernel(&self) -> Option<&Arc<dyn crate::KernelCache>> {
+        self.kernel.get()
+    }
+
+    /// Records fresh attributes of a regular file; counts changes made behind our back.
+    pub(crate) fn observe(&self, state: &FileState, attr: &Attr) {
+        if let Observed::Changed = state.observe(attr) {
+            FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
+    /// [`Shared::observe`] for attributes the kernel is not shown (found by a read or write).
+    pub(crate) fn observe_data(&self, state: &FileState, attr: &Attr) {
+        if let Observed::Changed = state.observe_data(attr) {
+            FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
+    /// Attributes of an open file, under the identity its state has now (a handle keeps the
+    /// one it was opened under, which a rename may have changed since).
+    pub(crate) fn fstat_as(&self, st: &FileState, h: &Handle<S>) -> Result<Attr> {
+        let mut a = self.store.fstat(h)?;
+        (a.dev, a.ino) = st.id();
+        Ok(a)
+    }
+
+    /// Lets the core have the kernel drop cached pages (the FUSE adapter sets it at mount).
+    pub fn set_kernel_cache(&self, k: Arc<dyn crate::KernelCache>) {
+        let _ = self.kernel.set(k);
+    }
+
+    /// Has the kernel drop its pages of `ino` (asynchronously), then records that it holds
+    /// nothing of `state` any more.
+    pub(crate) fn drop_kernel_pages(&self, ino: u64, state: &Arc<FileState>, clear: bool) {
+        let st = state.clone();
+        let done: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if clear {
+                st.served.dropped()
+            }
+        });
+        match self.kernel.get() {
+            Some(k) => k.drop_pages(ino, done),
+            None => done(),
+        }
+    }
+
+    /// After one of our own metadata operations moved a file's ctime (rename, chmod, chown,
+    /// link): the SSD tier's entries of it carry a version made from the old fingerprint and
+    /// would miss after a restart; what the RAM tier holds of it is offered again under the
+    /// new one (within the tier's write budget).
+    pub(crate) fn reoffer_to_ssd(&self, st: &FileState) {
+        let Some(ssd) = &self.ssd else { return };
+        // Blocks in RAM were fetched under a fingerprint that was not racy, or written by
+        // us: they are this version's data, whatever its ctime.
+        let v = st.version();
+        let (dev, ino) = st.id();
+        let version = crate::meta_codec::version_of(&v.fp);
+        for idx in 0..v.fp.size.div_ceil(self.cfg.block_size) {
+            if let Some(b) = self.cache.peek(&tierfs_cache::BlockKey { gen: v.gen, idx }) {
+                let key = SsdKey {
+                    kind: tierfs_cache::KIND_DATA,
+                    dev,
+                    ino,
+                    idx,
+                };
+                ssd.offer(key, version, b);
+            }
+        }
+    }
+
+    /// [`FileState::observe_own_metadata_change`], and the SSD tier told of the new version
+    /// when only the ctime moved (see [`Shared::reoffer_to_ssd`]).
+    pub(crate) fn own_metadata_change(&self, st: &FileState, attr: &Attr) -> Observed {
+        let before = st.version();
+        let r = st.observe_own_metadata_change(attr);
+        let after = st.version();
+        if after.gen == before.gen && after.fp != before.fp {
+            self.reoffer_to_ssd(st);
+        }
+        r
+    }
+}
