@@ -41,6 +41,57 @@ fn is_mount_point(path: &Path) -> Result<bool> {
     Ok(tierfs_fuse::find_mount(path)?.is_some())
 }
 
+/// `path` made absolute with every symlink resolved, as far as it exists: the rest (a cache
+/// dir not created yet) is appended as given.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut p = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    loop {
+        if let Ok(c) = p.canonicalize() {
+            return rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n));
+        }
+        match (p.file_name().map(|n| n.to_owned()), p.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                p = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Refuses layouts in which tierfs would reach its own mount: a mountpoint inside the backing
+/// directory (the store would show the mount inside itself, and a lookup there waits on the
+/// very threads serving it: every I/O thread deadlocked), a cache dir inside the mountpoint
+/// (the cache would live in the filesystem it caches; the mount never came up) or inside the
+/// backing directory (the cache would be shown, and warmed, as part of the store). A mountpoint
+/// equal to the backing directory is fine: the store is opened before the mount covers it.
+fn check_nesting(backing: &Path, mountpoint: &Path, cache_dir: &Path) -> Result<()> {
+    let (b, m, c) = (resolved(backing), resolved(mountpoint), resolved(cache_dir));
+    if m != b && m.starts_with(&b) {
+        bail!(
+            "mountpoint {} is inside the backing directory {}: tierfs would serve its own mount; choose a mountpoint outside it",
+            m.display(),
+            b.display()
+        );
+    }
+    if c.starts_with(&m) {
+        bail!(
+            "cache dir {} is inside the mountpoint {}: choose a cache dir outside the mount",
+            c.display(),
+            m.display()
+        );
+    }
+    if c.starts_with(&b) {
+        bail!(
+            "cache dir {} is inside the backing directory {}: it would be cached as part of the store; choose a cache dir outside it",
+            c.display(),
+            b.display()
+        );
+    }
+    Ok(())
+}
+
 /// Creates the cache dir, checks it is writable, and locks it for this mount.
 fn prepare_cache_dir(dir: &Path) -> Result<File> {
     std::fs::create_dir_all(dir).with_context(|| format!("cache dir {}", dir.display()))?;
@@ -98,6 +149,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         .cache_dir
         .clone()
         .unwrap_or_else(|| default_cache_dir(store.store_id()));
+    check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     let lock = prepare_cache_dir(&cache_dir)?;
     args.config.validate()?;
     if config_segment_too_small(&args.config) {

@@ -120,6 +120,87 @@ fn mountpoint_is_a_file() {
     nothing_mounted(&s.p("file"));
 }
 
+/// A mountpoint inside its own backing directory: the store would show the mount inside itself
+/// and a lookup there would wait on the threads serving it (issue 13: every I/O thread
+/// deadlocked, not even kill -9 ended it). Refused before anything is mounted.
+#[test]
+fn mountpoint_inside_the_backing_directory() {
+    let s = Scratch::new();
+    let inner = s.p("b/mnt");
+    std::fs::create_dir(&inner).unwrap();
+    let out = tierfs(mount_args(&s, &s.p("b"), &inner, &[]));
+    let line = one_line_error(&out, &inner.display().to_string());
+    assert!(line.contains("inside the backing directory"), "{line}");
+    nothing_mounted(&inner);
+}
+
+/// The same directory as backing and mountpoint is a mount over itself, which works: the store
+/// is opened before the mount covers it.
+#[test]
+fn mountpoint_over_the_backing_directory_is_accepted() {
+    let s = Scratch::new();
+    std::fs::write(s.p("b/f"), b"under").unwrap();
+    let b = s.p("b");
+    let out = with_timeout(Duration::from_secs(60), vec![b.clone()], {
+        let (b, c) = (b.clone(), s.p("c"));
+        move || {
+            let out = tierfs([
+                "mount".as_ref(),
+                b.as_os_str(),
+                b.as_os_str(),
+                "--cache-dir".as_ref(),
+                c.as_os_str(),
+            ]);
+            let read = std::fs::read(b.join("f"));
+            let _ = Command::new("fusermount3").arg("-uz").arg(&b).status();
+            (out, read)
+        }
+    });
+    assert!(
+        out.0.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.0.stderr)
+    );
+    assert_eq!(out.1.unwrap(), b"under");
+}
+
+/// A cache dir inside the mountpoint: the cache would live in the filesystem it caches (issue
+/// 13: the mount never came up). Refused, and nothing is created there.
+#[test]
+fn cache_dir_inside_the_mountpoint() {
+    let s = Scratch::new();
+    let cache = s.p("m/cache");
+    let out = tierfs([
+        "mount".as_ref(),
+        s.p("b").as_os_str(),
+        s.p("m").as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_os_str(),
+    ]);
+    let line = one_line_error(&out, &cache.display().to_string());
+    assert!(line.contains("inside the mountpoint"), "{line}");
+    assert!(!cache.exists());
+    nothing_mounted(&s.p("m"));
+}
+
+/// A cache dir inside the backing directory would be shown, and warmed, as part of the store.
+#[test]
+fn cache_dir_inside_the_backing_directory() {
+    let s = Scratch::new();
+    let cache = s.p("b/.cache/tierfs");
+    let out = tierfs([
+        "mount".as_ref(),
+        s.p("b").as_os_str(),
+        s.p("m").as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_os_str(),
+    ]);
+    let line = one_line_error(&out, &cache.display().to_string());
+    assert!(line.contains("inside the backing directory"), "{line}");
+    assert!(!s.p("b/.cache").exists());
+    nothing_mounted(&s.p("m"));
+}
+
 /// A second tierfs on a mount point that already has one: refused, and the first mount keeps
 /// serving.
 #[test]
