@@ -77,11 +77,20 @@ fn nothing_mounted(mnt: &Path) {
 }
 
 fn mount_args(s: &Scratch, backing: &Path, mnt: &Path, extra: &[&str]) -> Vec<PathBuf> {
-    let mut a: Vec<PathBuf> = vec!["mount".into(), backing.into(), mnt.into()];
-    a.push("--cache-dir".into());
-    a.push(s.p("c"));
+    let mut a = mount_args_cache(backing, mnt, &s.p("c"));
     a.extend(extra.iter().map(PathBuf::from));
     a
+}
+
+/// `tierfs mount BACKING MNT --cache-dir CACHE`.
+fn mount_args_cache(backing: &Path, mnt: &Path, cache: &Path) -> Vec<PathBuf> {
+    vec![
+        "mount".into(),
+        backing.into(),
+        mnt.into(),
+        "--cache-dir".into(),
+        cache.into(),
+    ]
 }
 
 #[test]
@@ -144,13 +153,7 @@ fn mountpoint_over_the_backing_directory_is_accepted() {
     let out = with_timeout(Duration::from_secs(60), vec![b.clone()], {
         let (b, c) = (b.clone(), s.p("c"));
         move || {
-            let out = tierfs([
-                "mount".as_ref(),
-                b.as_os_str(),
-                b.as_os_str(),
-                "--cache-dir".as_ref(),
-                c.as_os_str(),
-            ]);
+            let out = tierfs(mount_args_cache(&b, &b, &c));
             let read = std::fs::read(b.join("f"));
             let _ = Command::new("fusermount3").arg("-uz").arg(&b).status();
             (out, read)
@@ -170,13 +173,7 @@ fn mountpoint_over_the_backing_directory_is_accepted() {
 fn cache_dir_inside_the_mountpoint() {
     let s = Scratch::new();
     let cache = s.p("m/cache");
-    let out = tierfs([
-        "mount".as_ref(),
-        s.p("b").as_os_str(),
-        s.p("m").as_os_str(),
-        "--cache-dir".as_ref(),
-        cache.as_os_str(),
-    ]);
+    let out = tierfs(mount_args_cache(&s.p("b"), &s.p("m"), &cache));
     let line = one_line_error(&out, &cache.display().to_string());
     assert!(line.contains("inside the mountpoint"), "{line}");
     assert!(!cache.exists());
@@ -188,13 +185,7 @@ fn cache_dir_inside_the_mountpoint() {
 fn cache_dir_inside_the_backing_directory() {
     let s = Scratch::new();
     let cache = s.p("b/.cache/tierfs");
-    let out = tierfs([
-        "mount".as_ref(),
-        s.p("b").as_os_str(),
-        s.p("m").as_os_str(),
-        "--cache-dir".as_ref(),
-        cache.as_os_str(),
-    ]);
+    let out = tierfs(mount_args_cache(&s.p("b"), &s.p("m"), &cache));
     let line = one_line_error(&out, &cache.display().to_string());
     assert!(line.contains("inside the backing directory"), "{line}");
     assert!(!s.p("b/.cache").exists());
