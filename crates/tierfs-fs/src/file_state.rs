@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, Fingerprint};
 
-pub use crate::version::{racy, Version};
+pub use crate::version::{racy, unverified, Version};
 
 static NEXT_GEN: AtomicU64 = AtomicU64::new(1);
 
@@ -118,8 +118,14 @@ impl FileState {
     /// them): the kernel may still hold pages of the old version.
     pub fn observe_data(&self, attr: &Attr) -> Observed {
         let mut i = self.inner.lock();
-        i.checked = Instant::now();
         let fp = attr.fingerprint();
+        if unverified(&i.v.fp) && fp.size == i.v.fp.size {
+            // After our own write, attributes that may have been fetched before it landed
+            // (the size it left, so nothing says otherwise): only attributes fetched under
+            // the file's lock settle the version (`settle_own_writes`).
+            return Observed::Unchanged;
+        }
+        i.checked = Instant::now();
         if fp == i.v.fp {
             return Observed::Unchanged;
         }
@@ -158,7 +164,8 @@ impl FileState {
     pub fn observe_own_metadata_change(&self, attr: &Attr) -> Observed {
         let mut i = self.inner.lock();
         let fp = attr.fingerprint();
-        if fp.size == i.v.fp.size && fp.mtime_ns == i.v.fp.mtime_ns {
+        // (A provisional fingerprint is settled under the file's lock only.)
+        if fp.size == i.v.fp.size && fp.mtime_ns == i.v.fp.mtime_ns && !unverified(&i.v.fp) {
             i.v.fp = fp;
             i.checked = Instant::now();
             self.served.follow(i.v.gen, &i.v);
@@ -177,6 +184,43 @@ impl FileState {
             // What the kernel holds of this generation is the application's own data.
             self.served.follow(gen, &i.v);
         }
+    }
+
+    /// After our own write-through write, whose effect on the cached blocks of `gen` the
+    /// caller has applied, without asking the store for the times it left (a round trip per
+    /// write on a network store): the version becomes [`crate::version::provisional`] until
+    /// attributes fetched under the file's lock settle it ([`FileState::settle_own_writes`]).
+    /// `checked` stays when the store was last asked, so a writer settles at least once per
+    /// `meta.ttl`.
+    pub fn wrote(&self, gen: u64, new_size: u64) {
+        let mut i = self.inner.lock();
+        if i.v.gen == gen {
+            i.v.fp = crate::version::provisional(&i.v.fp, new_size);
+            // What the kernel holds of this generation is the application's own data.
+            self.served.follow(gen, &i.v);
+        }
+    }
+
+    /// Whether our own writes left a provisional fingerprint (see [`FileState::wrote`]).
+    pub fn unverified(&self) -> bool {
+        unverified(&self.inner.lock().v.fp)
+    }
+
+    /// [`FileState::observe_data`] of attributes fetched while the caller held `rw` (shared
+    /// or exclusive), so after every write of ours that finished: if they show the size our
+    /// writes left, they are our writes' fingerprint (a change by someone else in the same
+    /// interval that left the same size is taken for ours, as it would be within one write).
+    pub fn settle_own_writes(&self, attr: &Attr) -> Observed {
+        let mut i = self.inner.lock();
+        let fp = attr.fingerprint();
+        if unverified(&i.v.fp) && fp.size == i.v.fp.size {
+            i.v.fp = fp;
+            i.checked = Instant::now();
+            self.served.follow(i.v.gen, &i.v);
+            return Observed::Unchanged;
+        }
+        drop(i);
+        self.observe_data(attr)
     }
 
     /// Drops every cached block of the file (truncate, fallocate, a write we cannot follow).

@@ -18,11 +18,35 @@ pub const RACY_WINDOW: Duration = Duration::from_secs(1);
 /// Compares the store's ctime with the local clock: a ctime further in the future than the
 /// window is taken as clock skew (an NFS server ahead of us), not as racy.
 pub fn racy(fp: &Fingerprint) -> bool {
+    if unverified(fp) {
+        return true;
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i128)
         .unwrap_or(0);
     (now - fp.ctime_ns as i128).unsigned_abs() < RACY_WINDOW.as_nanos()
+}
+
+/// The ctime of a provisional fingerprint, which a write-through write leaves until the store
+/// is next asked (see `FileState::wrote`): no store gives it, so no SSD-tier entry and no
+/// fingerprint the kernel was shown can match one.
+const UNVERIFIED_CTIME: i64 = i64::MIN;
+
+/// The fingerprint our own write leaves before the store has told us its new times: the size
+/// the write made, the old mtime.
+pub fn provisional(old: &Fingerprint, size: u64) -> Fingerprint {
+    Fingerprint {
+        size,
+        mtime_ns: old.mtime_ns,
+        ctime_ns: UNVERIFIED_CTIME,
+    }
+}
+
+/// Whether `fp` is [`provisional`]. Such a version is also [`racy`]: not cached in the SSD
+/// tier, no read-ahead, the kernel does not keep its pages across an open.
+pub fn unverified(fp: &Fingerprint) -> bool {
+    fp.ctime_ns == UNVERIFIED_CTIME
 }
 
 #[derive(Clone, Copy, Debug)]

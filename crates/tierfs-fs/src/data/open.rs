@@ -76,7 +76,16 @@ impl<S: Store> Objects<S> {
         } else {
             self.sh.store.open(&node, flags)?
         };
-        let attr = self.sh.fstat_as(&st, &handle)?;
+        let attr = if st.unverified() {
+            // Our own writes left a provisional fingerprint: attributes fetched under the
+            // lock settle it, so the open below compares real fingerprints.
+            let _r = st.rw.read();
+            let a = self.sh.fstat_as(&st, &handle)?;
+            st.settle_own_writes(&a);
+            a
+        } else {
+            self.sh.fstat_as(&st, &handle)?
+        };
         self.ns.meta.put_attr(&attr, Instant::now());
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)

@@ -3,6 +3,7 @@
 //! blocks of a version that changed mid-fetch are never cached or returned.
 
 use super::{FetchError, Objects, OpenFile};
+use crate::file_state::Observed;
 use crate::meta_codec::version_of;
 use crate::served::Admit;
 use crate::stats::FsStats;
@@ -170,9 +171,8 @@ impl<S: Store> Objects<S> {
         size: u32,
     ) -> Result<Bytes> {
         let of = of.clone();
-        if of.state.expired(self.ns.meta.ttl()) {
-            let attr = self.sh.fstat_as(&of.state, self.handle(&of)?)?;
-            self.sh.observe_data(&of.state, &attr);
+        if of.state.expired(self.ns.meta.ttl()) || of.state.unverified() {
+            self.refresh(&of)?;
         }
         for _ in 0..MAX_STALE_RETRIES {
             let guard = of.state.rw.read();
@@ -254,9 +254,16 @@ impl<S: Store> Objects<S> {
         Ok(Bytes::from(buf))
     }
 
+    /// Asks the store for the file's fingerprint. Under the file's lock (shared), so the
+    /// answer includes every write of ours that finished and settles a provisional one
+    /// (`FileState::settle_own_writes`). The caller must not hold the lock.
     pub(crate) fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
-        let attr = self.sh.fstat_as(&of.state, self.handle(of)?)?;
-        self.sh.observe_data(&of.state, &attr);
+        let h = self.handle(of)?;
+        let _r = of.state.rw.read();
+        let attr = self.sh.fstat_as(&of.state, h)?;
+        if let Observed::Changed = of.state.settle_own_writes(&attr) {
+            FsStats::add(&self.sh.stats.version_changes, 1);
+        }
         Ok(())
     }
 

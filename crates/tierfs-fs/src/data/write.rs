@@ -3,6 +3,7 @@
 //! or none of it.
 
 use super::{Objects, OpenFile};
+use crate::file_state::Observed;
 use crate::stats::FsStats;
 use bytes::Bytes;
 use tierfs_cache::BlockKey;
@@ -14,34 +15,36 @@ impl<S: Store> Objects<S> {
         let handle = self.handle(of)?;
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
-        // would mix versions.
-        let before = self.sh.fstat_as(&of.state, handle)?;
-        self.sh.observe(&of.state, &before);
+        // would mix versions. Within `meta.ttl` of the last check the fingerprint is trusted,
+        // as reads trust it; past it, the store is asked (under the lock, so what it says
+        // includes every earlier write of ours: see `FileState::settle_own_writes`).
+        if of.state.expired(self.ns.meta.ttl()) {
+            let before = self.sh.fstat_as(&of.state, handle)?;
+            if let Observed::Changed = of.state.settle_own_writes(&before) {
+                FsStats::add(&self.sh.stats.version_changes, 1);
+            }
+        }
         let v = of.state.version();
         let at = match self.sh.store.write(handle, offset, data) {
             Ok(at) => at,
             Err(e) => {
                 // Part of it may have landed.
                 of.state.invalidate(None);
+                self.ns.meta.drop_attr(of.inode.id());
                 return Err(e);
             }
         };
         FsStats::add(&self.sh.stats.write_requests, 1);
         FsStats::add(&self.sh.stats.write_bytes, data.len() as u64);
-        let Ok(after) = self.sh.fstat_as(&of.state, handle) else {
-            of.state.invalidate(None);
-            self.ns.meta.drop_attr(of.inode.id());
-            return Ok(data.len() as u32);
-        };
-        self.ns.meta.put_attr(&after, std::time::Instant::now());
-        let end = at + data.len() as u64;
-        if after.size != v.fp.size.max(end) {
-            // Someone else changed the file at the same time: we cannot tell what it holds.
-            of.state.invalidate(Some(&after));
-        } else {
-            self.patch_blocks(v.gen, v.fp.size, at, data, after.size);
-            of.state.set_after_own_write(v.gen, &after);
-        }
+        // No fstat after the write: on a network store it is a round trip per write (sshfs
+        // drops its attributes at every write), which halved write-through throughput. The
+        // new size is what the write explains; the times are learnt at the next check (a
+        // read or write after `meta.ttl`, a read that misses, an open, a getattr), which
+        // also catches a writer at the same time that changed the size.
+        self.ns.meta.drop_attr(of.inode.id());
+        let new_size = v.fp.size.max(at + data.len() as u64);
+        self.patch_blocks(v.gen, v.fp.size, at, data, new_size);
+        of.state.wrote(v.gen, new_size);
         Ok(data.len() as u32)
     }
 
