@@ -1128,13 +1128,13 @@ def stat_run(s, sec, c, path: Path, label: str, stat: bool = True, du: bool = Tr
     t0 = c.stats()
     if stat:
         cmd = ["find", str(path), "-type", "f", "-exec", "stat", "-c", "%i %s %Y %n", "{}", "+"]
-        dt, p, sl = s.timed(sec, cmd, 900)
+        dt, p, sl = s.timed(sec, cmd, 900, inner=True)
         rows = [ln.split(" ", 3) for ln in (p.stdout or "").splitlines() if ln.strip()]
         out.update(stat_s=dt, files=len(rows), stats_s=len(rows) / dt if dt else None,
                    inodes={Path(r[3]).name: r[0] for r in rows if len(r) == 4},
                    slow_stat=sl.get("bytes_read"))
     if du:
-        dt, p, sl = s.timed(sec, ["du", "-s", str(path)], 900)
+        dt, p, sl = s.timed(sec, ["du", "-s", str(path)], 900, inner=True)
         out.update(du_s=dt, du_kib=int((p.stdout or "0").split()[0]), slow_du=sl.get("bytes_read"))
     out["backing"] = backing_delta(c, t0, c.stats())
     R.log(f"dirstat {c.key} {label}: "
@@ -1181,7 +1181,9 @@ def wl_dirstat(s, sec):
     s.each(sec, READERS, body)
     sec.add(f"One directory, `{d.name}`: **{man['files']:,} files** of {man['size']:,} bytes "
             f"(random). Every number is the median of {P.dirstat_reps} rounds of what follows "
-            "(store counters: the first round's). Per contender, in order: **cold**: fresh mount (empty cache; sshfs "
+            "(store counters: the first round's); times are taken by the shell around each command "
+            "(bash `$EPOCHREALTIME`, as `time CMD` would), so the harness's own process start "
+            "is not in them. Per contender, in order: **cold**: fresh mount (empty cache; sshfs "
             "profile: a new sshfs mount under it), caches dropped, `find DIR -type f -exec stat "
             "-c '%i %s %Y %n' {} +` (stats/s = files / seconds); **warm**: the same again at "
             "once, then `du -s DIR`; **after drop_caches**: `sync; echo 3 > "
