@@ -6,6 +6,7 @@
 pub mod journal;
 mod key;
 pub mod pressure;
+pub mod private;
 mod ram;
 mod singleflight;
 pub mod ssd;

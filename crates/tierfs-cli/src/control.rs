@@ -48,9 +48,10 @@ fn registry_entry(dev: &str) -> PathBuf {
 pub fn register(dev: &str, socket: &Path) -> Result<PathBuf> {
     let entry = registry_entry(dev);
     let dir = entry.parent().expect("has parent");
-    std::fs::create_dir_all(dir).with_context(|| format!("runtime dir {}", dir.display()))?;
-    std::fs::set_permissions(runtime_dir(), std::fs::Permissions::from_mode(0o700)).ok();
-    std::fs::write(&entry, socket.as_os_str().as_encoded_bytes())
+    tierfs_cache::private::dir_all(dir)
+        .with_context(|| format!("runtime dir {}", dir.display()))?;
+    tierfs_cache::private::tighten(&runtime_dir()).ok();
+    tierfs_cache::private::write(&entry, socket.as_os_str().as_encoded_bytes())
         .with_context(|| format!("registry {}", entry.display()))?;
     Ok(entry)
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs_store::{PosixStore, Store};
@@ -94,8 +94,8 @@ fn check_nesting(backing: &Path, mountpoint: &Path, cache_dir: &Path) -> Result<
 
 /// Creates the cache dir, checks it is writable, and locks it for this mount.
 fn prepare_cache_dir(dir: &Path) -> Result<File> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cache dir {}", dir.display()))?;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    // 0700, and its files 0600 (an older tierfs made its log 0666 under umask 0).
+    tierfs_cache::private::dir_all(dir).with_context(|| format!("cache dir {}", dir.display()))?;
     let lock_path = dir.join("lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -119,7 +119,7 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
     }
     // flock may succeed on a read-only filesystem: prove we can write.
     let probe = dir.join(".write-probe");
-    std::fs::write(&probe, b"x")
+    tierfs_cache::private::write(&probe, b"x")
         .with_context(|| format!("cache dir {} is not writable", dir.display()))?;
     let _ = std::fs::remove_file(probe);
     Ok(lock)
@@ -247,8 +247,10 @@ fn init_logging(cache_dir: &Path, foreground: bool) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            // Colours only for a terminal: not into a file or a pipe.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init();
-    } else if let Ok(f) = std::fs::OpenOptions::new()
+    } else if let Ok(f) = tierfs_cache::private::options()
         .create(true)
         .append(true)
         .open(cache_dir.join("tierfs.log"))

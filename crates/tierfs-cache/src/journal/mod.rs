@@ -305,7 +305,7 @@ impl Journal {
         reset: bool,
     ) -> Result<(Journal, Replay), JournalError> {
         cfg.validate()?;
-        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        crate::private::dir_all(dir).map_err(io_err("create", dir))?;
         if reset {
             wipe(dir)?;
         }

@@ -10,7 +10,7 @@
 
 use super::error::io_err;
 use super::{format, io, JournalError, Run, Shared};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -185,7 +185,7 @@ impl Writer {
     /// in it can be reported durable (fdatasync of the file does not cover the entry).
     fn create(&self, seg: u64) -> Result<Arc<File>, JournalError> {
         let path = self.sh.seg_path(seg);
-        let f = OpenOptions::new()
+        let f = crate::private::options()
             .read(true)
             .write(true)
             .create_new(true)

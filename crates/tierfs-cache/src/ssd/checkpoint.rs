@@ -14,7 +14,7 @@ use super::error::io_err;
 use super::index::Index;
 use super::layout::{get_u32, get_u64, npages, put_u32, put_u64, FORMAT};
 use super::{io, SsdError, SsdKey};
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,7 +57,12 @@ pub(crate) fn write(
 ) -> Result<u64, SsdError> {
     let tmp = dir.join(TMP);
     let path = dir.join(FILE);
-    let file = File::create(&tmp).map_err(io_err("create", &tmp))?;
+    let file = crate::private::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let mut crc = seed;
     let mut n = 0u64;

@@ -2,7 +2,7 @@
 //! fadvise, statvfs, flock, random bytes.
 
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// whole tier, once, with a log line; later writes are then followed by fadvise(DONTNEED) so
 /// the cache's own writes do not crowd the page cache.
 pub(crate) fn open_segment(path: &Path, create: bool, direct: &AtomicBool) -> io::Result<File> {
-    let mut opts = OpenOptions::new();
+    let mut opts = crate::private::options();
     opts.read(true).write(true).create(create);
     if direct.load(Relaxed) {
         match opts.clone().custom_flags(libc::O_DIRECT).open(path) {
@@ -70,7 +70,7 @@ pub(crate) fn device_space(dir: &Path) -> io::Result<(u64, u64)> {
 /// mount or fsck that really competes with a running mount waits this long, then is refused.
 pub(crate) fn lock_file(path: &Path) -> io::Result<Option<File>> {
     const LOCK_SETTLE: std::time::Duration = std::time::Duration::from_millis(1000);
-    let f = OpenOptions::new()
+    let f = crate::private::options()
         .read(true)
         .write(true)
         .create(true)

@@ -158,7 +158,7 @@ impl SsdCache {
     ) -> Result<Arc<SsdCache>, SsdError> {
         let t0 = Instant::now();
         cfg.validate()?;
-        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        crate::private::dir_all(dir).map_err(io_err("create", dir))?;
         let lock_path = dir.join(LOCK_FILE);
         let lock = io::lock_file(&lock_path)
             .map_err(io_err("lock", &lock_path))?

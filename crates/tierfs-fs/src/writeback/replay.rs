@@ -150,14 +150,15 @@ fn replay_pending<S: Store>(
             }
             Err(e) => {
                 let lost = dir.join("lost");
-                std::fs::create_dir_all(&lost).map_err(|e| format!("{}: {e}", lost.display()))?;
+                tierfs_cache::private::dir_all(&lost)
+                    .map_err(|e| format!("{}: {e}", lost.display()))?;
                 let f = lost.join(format!("{dev:x}-{ino}"));
                 tracing::error!(
                         "write-back replay: {shown} ({e}): {} pending writes saved to {} at their offsets",
                         writes.len(),
                         f.display()
                     );
-                let out = std::fs::OpenOptions::new()
+                let out = tierfs_cache::private::options()
                     .create(true)
                     .write(true)
                     .truncate(false)
