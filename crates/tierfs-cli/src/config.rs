@@ -156,13 +156,29 @@ pub fn parse_size(s: &str) -> Result<u64> {
     if !n.is_finite() || n < 0.0 {
         bail!("bad size {s:?}");
     }
-    Ok((n * mult as f64) as u64)
+    let bytes = n * mult as f64;
+    if bytes > MAX_SIZE as f64 {
+        bail!(
+            "size {s:?} is too large (at most {})",
+            format_size(MAX_SIZE)
+        );
+    }
+    Ok(bytes as u64)
 }
 
-/// "1s", "500ms", "2m", "0", "1.5" (seconds) -> Duration.
+/// The largest size any setting takes (1 PiB): beyond it a value is a typo, and arithmetic on
+/// it (a journal twice the dirty limit, a rate times a second) must not overflow.
+pub const MAX_SIZE: u64 = 1 << 50;
+/// `ram.max` holds at least this many blocks.
+pub const RAM_MIN_BLOCKS: u64 = 8;
+/// The longest duration any setting takes (a year): beyond it a value is a typo, and adding it
+/// to the clock must not overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// "1s", "500ms", "2m", "1h", "7d", "0", "1.5" (seconds) -> Duration, at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let t = s.trim();
-    let bad = || anyhow::anyhow!("bad duration {s:?} (use e.g. 500ms, 1s, 5m)");
+    let bad = || anyhow::anyhow!("bad duration {s:?} (use e.g. 500ms, 1s, 5m, 1h, 7d)");
     let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => (&t[..i], &t[i..]),
         None => (t, "s"),
@@ -176,8 +192,12 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
         "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
+        "d" => n * 86400.0,
         _ => return Err(bad()),
     };
+    if secs > MAX_DURATION.as_secs_f64() {
+        bail!("duration {s:?} is too long (at most 365d)");
+    }
     Ok(Duration::from_secs_f64(secs))
 }
 
@@ -556,6 +576,24 @@ impl Config {
 
     /// Checks what single keys cannot: one line naming the keys at fault.
     pub fn validate(&self) -> Result<()> {
+        // The RAM tier must hold a few blocks to serve a read at all (a read-ahead window,
+        // blocks being fetched); less is a typo.
+        let least = RAM_MIN_BLOCKS * self.fs.block_size;
+        if self.fs.ram_max < least {
+            bail!(
+                "ram.max ({}) must hold at least {RAM_MIN_BLOCKS} blocks of ram.block_size ({}): {} or more",
+                format_size(self.fs.ram_max),
+                format_size(self.fs.block_size),
+                format_size(least)
+            );
+        }
+        if self.ssd.write_burst < self.ssd.cluster_size {
+            bail!(
+                "ssd.write_burst ({}) must hold at least one cluster (ssd.cluster_size = {})",
+                format_size(self.ssd.write_burst),
+                format_size(self.ssd.cluster_size)
+            );
+        }
         let p = self.pressure_config();
         if p.min > p.max {
             bail!("ram.min ({}) must not exceed ram.max ({})", p.min, p.max);
@@ -673,6 +711,30 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        assert!(parse_duration("18446744073709551615").is_err());
+        assert!(parse_duration("366d").is_err());
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("1P").is_err());
+        let refused = |k: &str, v: &str| {
+            let mut c = Config::default();
+            c.set(k, v).and_then(|_| c.validate()).is_err()
+        };
+        assert!(refused("ram.max", "0"));
+        assert!(refused("ram.max", "1K"));
+        assert!(refused("ssd.write_burst", "0"));
+        assert!(!refused("ram.max", "512K"));
+        let mut c = Config::default();
+        c.set("ram.block_size", "8K").unwrap();
+        c.set("ram.max", "64K").unwrap();
+        c.validate().unwrap();
     }
 
     #[test]

@@ -15,13 +15,13 @@ mod warm_cmd;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
 #[command(
     name = "tierfs",
     version,
-    about = "A tiered caching filesystem: slow storage, served fast from RAM (and soon SSD)."
+    about = "A tiered caching filesystem: a slow or remote store, served fast from RAM and a local SSD."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -140,6 +140,21 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
         helper || matches!(&first, Some(f) if !known.contains(&f.as_str()) && !f.starts_with('-'));
     if !needs_mount {
         return args;
+    }
+    if let (false, Some(f)) = (helper, &first) {
+        // `tierfs BACKING MOUNTPOINT` is a mount; a word that is no path is a mistyped command
+        // (`tierfs stat mnt`), not a backing directory to look for.
+        if !f.contains('/') && !Path::new(f).exists() {
+            let close = known
+                .iter()
+                .filter(|k| k.chars().next().is_some_and(|c| c.is_ascii_alphabetic()))
+                .find(|k| k.starts_with(f.as_str()) || f.starts_with(*k));
+            let hint = close.map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
+            eprintln!(
+                "tierfs: unknown command {f:?}{hint}; commands: mount, stats, warm, evict, fsck, ctl (tierfs --help)"
+            );
+            std::process::exit(2);
+        }
     }
     args.insert(1, "mount".into());
     if helper {

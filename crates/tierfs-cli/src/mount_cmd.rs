@@ -149,6 +149,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         .cache_dir
         .clone()
         .unwrap_or_else(|| default_cache_dir(store.store_id()));
+    // Absolute: the registry records the control socket's path in it, and `tierfs stats` run
+    // from another directory must find it (a relative `--cache-dir c` was registered as `c`).
+    let cache_dir = std::path::absolute(&cache_dir)
+        .with_context(|| format!("cache dir {}", cache_dir.display()))?;
     check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     let lock = prepare_cache_dir(&cache_dir)?;
     args.config.validate()?;

@@ -342,6 +342,12 @@ fn malformed_option_value() {
         ("meta.ttl=soon", "soon"),
         ("ram.block_size=3000", "ram.block_size"),
         ("fuse.threads=0", "fuse.threads"),
+        // Out of range (issue 13 item 16): a panic (exit 101) or a silent saturation before.
+        ("meta.ttl=18446744073709551615", "meta.ttl"),
+        ("ram.max=99999999999999999999", "ram.max"),
+        ("ram.max=0", "ram.max"),
+        ("ram.max=1K", "ram.max"),
+        ("ssd.write_burst=0", "ssd.write_burst"),
     ] {
         let out = tierfs(mount_args(&s, &s.p("b"), &s.p("m"), &["-o", opt]));
         let line = one_line_error(&out, culprit);
@@ -445,4 +451,61 @@ fn cache_dir_of_another_store() {
     });
     let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
     assert_eq!(data, b"second store");
+}
+
+/// A mistyped command is not taken for a mount of a backing directory of that name (issue 13
+/// item 17): one line naming it, a suggestion, exit 2.
+#[test]
+fn unknown_command_is_not_a_mount() {
+    let s = Scratch::new();
+    let out = tierfs([OsStr::new("stat"), s.p("m").as_os_str()]);
+    let line = one_line_error(&out, "\"stat\"");
+    assert!(line.contains("unknown command"), "{line}");
+    assert!(line.contains("did you mean \"stats\""), "{line}");
+    assert_eq!(out.status.code(), Some(2));
+    nothing_mounted(&s.p("m"));
+}
+
+/// A relative `--cache-dir` is registered as an absolute path (issue 13 item 17): `tierfs
+/// stats` and `ctl` find the mount from any directory.
+#[test]
+fn relative_cache_dir_is_found_from_anywhere() {
+    let s = Scratch::new();
+    let out = Command::new("timeout")
+        .args(["-k", "5", "20"])
+        .arg(tierfs_bin())
+        .args(["mount", "b", "m", "--cache-dir", "rel-cache"])
+        .current_dir(s.p(""))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = s.p("m");
+    let cleanup = Unmount(mnt.clone());
+    let st = Command::new("timeout")
+        .args(["-k", "5", "20"])
+        .arg(tierfs_bin())
+        .args(["stats", "--json"])
+        .arg(&mnt)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "stats from /: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(s.p("rel-cache/control.sock").exists());
+    drop(cleanup);
+}
+
+/// Lazily unmounts on drop, even after a panic.
+struct Unmount(PathBuf);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-uz").arg(&self.0).status();
+    }
 }

@@ -171,6 +171,24 @@ fn get_and_set_round_trip_and_refusals() {
             e.contains("ssd.segment_size cannot be changed on a running mount: requires remount: segment size is part of the on-disk layout"),
             "{e}"
         );
+        // Out of range (issue 13 item 16): the control request died silently, or the value
+        // was taken (ram.max=0, a burst no cluster fits in, a saturated number).
+        let ram_before = get(&mnt, "ram.max");
+        for (bad, why) in [
+            ("meta.ttl=18446744073709551615", "too long"),
+            ("ram.max=0", "at least 8 blocks"),
+            ("ram.max=1K", "at least 8 blocks"),
+            ("ssd.write_burst=0", "at least one cluster"),
+            ("ssd.write_burst=99999999999999999999", "too large"),
+        ] {
+            let e = ctl_refused(&mnt, &["set", bad]);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert_eq!(
+            get(&mnt, "ram.max"),
+            ram_before,
+            "a refused ram.max was applied"
+        );
         let e = ctl_refused(&mnt, &["set", "ram.block_size=128K"]);
         assert!(e.contains("requires remount"), "{e}");
         let e = ctl_refused(&mnt, &["set", "writeback.flushers=2"]);
