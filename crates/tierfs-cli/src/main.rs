@@ -5,6 +5,7 @@ mod commands;
 mod config;
 mod control;
 mod ctl_cmd;
+mod exit_watch;
 mod fsck_cmd;
 mod metrics;
 mod mount_cmd;

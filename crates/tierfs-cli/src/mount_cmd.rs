@@ -413,20 +413,32 @@ fn serve(
     if let Some(addr) = metrics {
         tracing::info!("Prometheus metrics at http://{addr}/metrics");
     }
-    let registry = tierfs_fuse::mount_device(mountpoint).ok().and_then(|dev| {
-        control::register(&dev, &socket)
+    let dev = tierfs_fuse::mount_device(mountpoint).ok();
+    let registry = dev.as_ref().and_then(|dev| {
+        control::register(dev, &socket)
             .map_err(|e| tracing::warn!("{e:#}"))
             .ok()
     });
+    // Exit within 10 s of the mount going away or a signal, even while the store hangs.
+    let watch = {
+        let fs = fs.clone();
+        crate::exit_watch::ExitWatch::start(dev, move || left_behind(&fs))
+            .map_err(|e| tracing::warn!("no exit watch ({e}): a hung store may keep the daemon"))
+            .ok()
+    };
 
     // SIGINT/SIGTERM: unmount cleanly; the session loop then ends and we exit 0.
     let mut unmounter = mounted.unmounter();
     let mp = mountpoint.to_path_buf();
+    let signal_watch = watch.clone();
     let spawned = std::thread::Builder::new()
         .name("tierfs-signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 tracing::info!("signal {sig}: unmounting {}", mp.display());
+                if let Some(w) = &signal_watch {
+                    w.leaving(&format!("signal {sig}"));
+                }
                 if let Err(e) = unmounter.unmount() {
                     // Busy (a process has a file open there): detach it lazily so we can exit.
                     tracing::warn!("unmount failed ({e}); detaching lazily");
@@ -456,6 +468,9 @@ fn serve(
         redirect_stdio_to_null();
     }
     let r = mounted.run();
+    if let Some(w) = &watch {
+        w.leaving("unmounted");
+    }
     if let Some(entry) = registry {
         // The kernel reuses a device number as soon as the mount is gone, i.e. before we get
         // here: a new mount may already have registered under the same name. Remove only our
@@ -474,4 +489,16 @@ fn serve(
     }
     tracing::info!("unmounted {}", mountpoint.display());
     r.context("FUSE session")
+}
+
+/// What an early exit leaves for the next mount (see `exit_watch`).
+fn left_behind<S: tierfs_store::Store>(fs: &tierfs_fs::Fs<S>) -> String {
+    match fs.stats().writeback {
+        Some(w) if w.dirty_bytes > 0 => format!(
+            "{} bytes of write-back data in {} files stay in the journal and are written to the store at the next mount",
+            w.dirty_bytes, w.dirty_files
+        ),
+        Some(_) => "no write-back data was pending".into(),
+        None => "write-through: no data was pending".into(),
+    }
 }

@@ -14,7 +14,7 @@ use std::alloc::Layout;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::ops::{Deref, DerefMut};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
@@ -1047,6 +1047,82 @@ fn stats_show_ram_hits_and_no_backing_reads_on_reread() {
     assert!(
         stat_u64(&s3, &["ram", "hit_bytes"]) >= stat_u64(&s1, &["ram", "hit_bytes"]) + SIZE as u64
     );
+}
+
+/// A write by another user through a write-only open (direct I/O, where the kernel leaves the
+/// clearing to the filesystem: FUSE_WRITE_KILL_SUIDGID) clears setuid, and setgid with
+/// group-execute, as a local filesystem does (pjdfstest chmod/12.t; issue 13 item 13).
+#[test]
+fn a_non_owner_write_clears_setuid_and_setgid() {
+    let m = BinMount::new(&["allow_other"]);
+    // Let uid 65534 reach the mount.
+    std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (name, mode, left) in [
+        ("suid", 0o4777, 0o777),
+        ("sgid", 0o2777, 0o777),
+        ("sgid-noexec", 0o2767, 0o2767), // setgid without group-execute: mandatory locking, kept
+    ] {
+        std::fs::write(m.backing.join(name), vec![1u8; 8192]).unwrap();
+        std::fs::set_permissions(m.backing.join(name), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+        let f = m.mnt.join(name);
+        let mnt = m.mnt.clone();
+        with_timeout(LIMIT, vec![mnt], move || {
+            let out = std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "dd"])
+                .arg("if=/dev/zero")
+                .arg(format!("of={}", f.display()))
+                .args(["bs=4096", "count=1", "conv=notrunc", "status=none"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: write as uid 65534: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let got = std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, left, "{name}: mode {got:o} after a non-owner write");
+        });
+        let back = std::fs::metadata(m.backing.join(name)).unwrap();
+        assert_eq!(
+            back.permissions().mode() & 0o7777,
+            left,
+            "{name}: on the store"
+        );
+    }
+}
+
+/// A name longer than NAME_MAX (255 bytes; the kernel lets FUSE names up to 1,024 through)
+/// is ENAMETOOLONG, as the store says, even where a cached listing could answer ENOENT
+/// (`meta.cto=off`; pjdfstest chmod, chown, truncate, link, rmdir, unlink: issue 13 item 14).
+#[test]
+fn names_longer_than_name_max_are_enametoolong() {
+    let m = BinMount::new(&["meta.ttl=1h", "meta.cto=off"]);
+    std::fs::create_dir(m.backing.join("d")).unwrap();
+    std::fs::write(m.backing.join("d/f"), b"x").unwrap();
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read_dir(mnt.join("d")).unwrap().count(), 1); // listing cached
+        let long = mnt.join("d").join("x".repeat(256));
+        let perm = std::fs::Permissions::from_mode(0o600);
+        for (what, e) in [
+            ("stat", errno_of(std::fs::metadata(&long))),
+            ("chmod", errno_of(std::fs::set_permissions(&long, perm))),
+            ("unlink", errno_of(std::fs::remove_file(&long))),
+            ("rmdir", errno_of(std::fs::remove_dir(&long))),
+            ("link", errno_of(std::fs::hard_link(mnt.join("d/f"), &long))),
+            (
+                "truncate",
+                errno_of(File::options().write(true).open(&long)),
+            ),
+        ] {
+            assert_eq!(e, Some(libc::ENAMETOOLONG), "{what}");
+        }
+        // 255 bytes is a name like any other.
+        let ok = mnt.join("d").join("y".repeat(255));
+        std::fs::write(&ok, b"fits").unwrap();
+        assert_eq!(std::fs::read(&ok).unwrap(), b"fits");
+    });
 }
 
 /// Write-through asks the store for a file's attributes once per check (`meta.ttl`), not

@@ -480,11 +480,33 @@ impl<S: Store> Filesystem for Adapter<S> {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The kernel marks every direct write of a caller without CAP_FSETID; only a file
+        // whose cached mode has setuid or setgid (or is not cached) needs the slow path.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self
+                .fs
+                .getattr_fast(ino.0)
+                .is_none_or(|(a, _)| a.perm as u32 & (libc::S_ISUID | libc::S_ISGID) != 0);
+        if kill {
+            // A direct write by a caller without CAP_FSETID: setuid/setgid go first, so this
+            // path takes the I/O pool (clearing them may ask the store).
+            let data = self.fs.write_buf(data);
+            self.spawn(move |fs, _, _| {
+                let r = fs
+                    .kill_suidgid(ino.0, Some(fh.0))
+                    .and_then(|_| fs.write_owned(ino.0, fh.0, offset, data));
+                match r {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(errno(e)),
+                }
+            });
+            return;
+        }
         // Write-back writes that cannot wait are acknowledged right here (journal append and
         // RAM), saving the hand-off to the I/O pool and back on every request.
         let data = match self

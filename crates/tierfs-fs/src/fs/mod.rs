@@ -165,6 +165,32 @@ impl<S: Store> Fs<S> {
         Ok((self.shown(ino, a), age))
     }
 
+    /// A write by a caller without CAP_FSETID that the kernel marked FUSE_WRITE_KILL_SUIDGID
+    /// (direct I/O, where the kernel does not clear the bits itself): clears setuid, and
+    /// setgid if group-execute is set (Linux `should_remove_suid`), before the write lands.
+    /// The cached attributes answer for the common file without these bits: no store call.
+    pub fn kill_suidgid(&self, ino: u64, fh: Option<u64>) -> Result<()> {
+        let a = match self.getattr_fast(ino) {
+            Some((a, _)) => a,
+            None => self.getattr(ino)?,
+        };
+        let mut kill = 0;
+        if a.perm as u32 & libc::S_ISUID != 0 {
+            kill |= libc::S_ISUID;
+        }
+        if a.perm as u32 & libc::S_ISGID != 0 && a.perm as u32 & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        if kill == 0 {
+            return Ok(());
+        }
+        let set = SetAttr {
+            mode: Some(a.perm as u32 & 0o7777 & !kill),
+            ..Default::default()
+        };
+        self.setattr(ino, fh, &set).map(|_| ())
+    }
+
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
         let i = self.ns.inode(ino)?;
         if let Some(wb) = self.wb() {

@@ -135,6 +135,7 @@ impl<S: Store> Namespace<S> {
 
     /// `Fs::lookup` on behalf of caller thread `pid` (0: unknown), see `Fs::open_by`.
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
+        too_long(name)?;
         let p = self.inode(parent)?;
         // The kernel's retry of an open we answered ESTALE asks the store: the metadata
         // cache may still name the replaced file, and the retry is the last one the VFS makes.
@@ -158,6 +159,9 @@ impl<S: Store> Namespace<S> {
     /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
     /// None when it would need the SSD tier or the backing store.
     pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
+        if let Err(e) = too_long(name) {
+            return Some(Err(e));
+        }
         if !self.meta.enabled() || self.retrying_after_estale(pid) {
             return None;
         }
@@ -293,4 +297,13 @@ impl<S: Store> Namespace<S> {
         }
         true
     }
+}
+
+/// ENAMETOOLONG for a name no store can hold (NAME_MAX bytes): a cached listing would answer
+/// ENOENT, where the store, asked, says the name is too long (POSIX, pjdfstest).
+fn too_long(name: &OsStr) -> Result<()> {
+    if name.len() > libc::NAME_MAX as usize {
+        return Err(tierfs_store::Errno(libc::ENAMETOOLONG));
+    }
+    Ok(())
 }
