@@ -10,7 +10,7 @@ use tierfs_fs::Fs;
 use tierfs_store::PosixStore;
 
 /// The commands the daemon knows, for the message about an unknown one.
-pub const COMMANDS: &[&str] = &["stats", "get", "set", "warm", "evict"];
+pub const COMMANDS: &[&str] = &["stats", "get", "set", "warm", "evict", "sync"];
 
 pub struct Daemon {
     pub fs: Arc<Fs<PosixStore>>,
@@ -26,6 +26,12 @@ impl Daemon {
         let r = match cmd.as_str() {
             "stats" => serde_json::to_value(self.fs.stats()).map_err(|e| e.to_string()),
             "get" => self.tunables.get(args),
+            // `tierfs unmount`: every dirty byte to the store, then the answer (no timeout:
+            // the client waits as long as the drain takes, showing progress from `stats`).
+            "sync" => self
+                .fs
+                .sync_all()
+                .map(|()| serde_json::json!({ "synced": true })),
             "set" => self.tunables.set(args),
             // `tierfs warm` / `tierfs evict`: their own encoding of arguments (cache_cmd.rs).
             "warm" | "evict" => crate::cache_cmd::handle(&*self.fs, &words.join(" "))

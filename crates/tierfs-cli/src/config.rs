@@ -32,6 +32,10 @@ pub struct Config {
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     wb_soft_set: bool,
     wb_journal_set: bool,
+    /// Whether writeback.dirty_hard was given (else it follows memory and the cache device).
+    wb_hard_set: bool,
+    /// Whether writeback.journal_segment was given (else it fits the cache device).
+    wb_seg_set: bool,
     attr_ttl_set: bool,
     entry_ttl_set: bool,
 }
@@ -125,6 +129,8 @@ impl Default for Config {
             metrics_addr: None,
             wb_soft_set: false,
             wb_journal_set: false,
+            wb_hard_set: false,
+            wb_seg_set: false,
             attr_ttl_set: false,
             entry_ttl_set: false,
         }
@@ -361,6 +367,7 @@ impl Config {
             "ssd.min_free_pct" => ssd.min_free_pct.to_string(),
             "ssd.write_rate" => format_size(ssd.write_rate),
             "ssd.write_burst" => format_size(ssd.write_burst),
+            "ssd.segment_size" if ssd.segment_size == 0 => "auto".into(),
             "ssd.segment_size" => format_size(ssd.segment_size),
             "ssd.cluster_size" => format_size(ssd.cluster_size),
             "ssd.flush_interval" => format_duration(ssd.flush_interval),
@@ -442,7 +449,15 @@ impl Config {
                     }
                 }
                 "ssd.write_burst" => self.ssd.write_burst = parse_size(value)?,
-                "ssd.segment_size" => self.ssd.segment_size = parse_size(value)?,
+                "ssd.segment_size" => {
+                    self.ssd.segment_size = match value.trim() {
+                        "auto" => 0,
+                        v => match parse_size(v)? {
+                            0 => bail!("must be a size, or auto"),
+                            n => n,
+                        },
+                    }
+                }
                 "ssd.cluster_size" => {
                     let c = parse_size(value)?;
                     if !c.is_power_of_two() || !(64 << 10..=64 << 20).contains(&c) {
@@ -479,6 +494,7 @@ impl Config {
                 "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,
                 "writeback.dirty_hard" => {
                     self.wb.dirty_hard = parse_size(value)?;
+                    self.wb_hard_set = true;
                     if self.wb.dirty_hard < 4 << 20 {
                         bail!("must be at least 4M");
                     }
@@ -499,6 +515,7 @@ impl Config {
                 }
                 "writeback.journal_segment" => {
                     self.wb.journal_segment = parse_size(value)?;
+                    self.wb_seg_set = true;
                     if !(4 << 20..=1 << 30).contains(&self.wb.journal_segment) {
                         bail!("must be from 4M to 1G");
                     }
@@ -565,6 +582,38 @@ impl Config {
             p.min = p.min.min(p.max);
         }
         p
+    }
+
+    /// Write-back's defaults bounded by the cache dir's filesystem of `device` bytes: the
+    /// journal (2x `writeback.dirty_hard`, 6 GiB on a 24 GiB host) takes at most a quarter of
+    /// it and the dirty limit half the journal, unless given. Without this a small cache
+    /// filesystem could not hold the journal its defaults asked for.
+    pub fn fit_writeback_to(&mut self, device: u64) {
+        const MIB: u64 = 1 << 20;
+        let quarter = device / 4;
+        if !self.wb_seg_set {
+            // Two segments at least fit in the quarter (4 MiB each at the least).
+            self.wb.journal_segment = self
+                .wb
+                .journal_segment
+                .min(quarter / 2 / MIB * MIB)
+                .max(4 * MIB);
+        }
+        let seg = self.wb.journal_segment;
+        if !self.wb_journal_set {
+            let fit = quarter / seg * seg;
+            self.wb.journal_size = self.wb.journal_size.min(fit.max(2 * seg));
+        }
+        if !self.wb_hard_set {
+            self.wb.dirty_hard = self
+                .wb
+                .dirty_hard
+                .min(self.wb.journal_size / 2)
+                .max(4 << 20);
+            if !self.wb_soft_set {
+                self.wb.dirty_soft = self.wb.dirty_hard / 4 * 3;
+            }
+        }
     }
 
     /// After [`Config::set`] on a running mount: undoes what it derived for keys fixed at

@@ -40,6 +40,30 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
+/// The registry's directories must be ours: without `XDG_RUNTIME_DIR` it lives in `/tmp`,
+/// where another user could make `/tmp/tierfs-<uid>` first and register their own socket
+/// for our mounts (and read what `ctl` sends, or answer `stats` with made-up numbers).
+fn check_registry(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = unsafe { libc::geteuid() };
+    for d in [dir, &dir.join("mounts")] {
+        let m = match std::fs::symlink_metadata(d) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("registry {}", d.display())),
+        };
+        if !m.file_type().is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
+            bail!(
+                "registry {} is not a private directory of uid {me} (owner uid {}, mode {:o}): not trusted; remove it",
+                d.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
 fn registry_entry(dev: &str) -> PathBuf {
     runtime_dir().join("mounts").join(dev.replace(':', "_"))
 }
@@ -48,6 +72,7 @@ fn registry_entry(dev: &str) -> PathBuf {
 pub fn register(dev: &str, socket: &Path) -> Result<PathBuf> {
     let entry = registry_entry(dev);
     let dir = entry.parent().expect("has parent");
+    check_registry(&runtime_dir())?;
     tierfs_cache::private::dir_all(dir)
         .with_context(|| format!("runtime dir {}", dir.display()))?;
     tierfs_cache::private::tighten(&runtime_dir()).ok();
@@ -71,6 +96,7 @@ pub fn socket_for_mount(mountpoint: &Path) -> Result<PathBuf> {
             m.fstype
         );
     }
+    check_registry(&runtime_dir())?;
     let entry = registry_entry(&m.dev);
     let sock = std::fs::read(&entry).with_context(|| {
         format!(
@@ -85,8 +111,7 @@ pub fn socket_for_mount(mountpoint: &Path) -> Result<PathBuf> {
 /// Sends one request (a command word and its arguments) and returns the daemon's answer;
 /// an `{"error": ...}` answer becomes an error.
 pub fn request(socket: &Path, words: &[&str]) -> Result<Value> {
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("control socket {}", socket.display()))?;
+    let (mut s, _) = connect(socket)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     writeln!(s, "{}", serde_json::to_string(words)?)?;
     let mut line = String::new();
@@ -102,6 +127,23 @@ pub fn request(socket: &Path, words: &[&str]) -> Result<Value> {
         );
     }
     Ok(v)
+}
+
+/// Connects to a daemon's control socket; returns the connection and the daemon's pid.
+/// Only our own daemon (or root's) may answer: a socket someone else listens on is not.
+pub fn connect(socket: &Path) -> Result<(UnixStream, i32)> {
+    let s = UnixStream::connect(socket)
+        .with_context(|| format!("control socket {}", socket.display()))?;
+    let me = unsafe { libc::geteuid() };
+    let p = peer(&s).with_context(|| format!("control socket {}", socket.display()))?;
+    if p.uid != me && p.uid != 0 {
+        bail!(
+            "control socket {} is served by uid {}, not by a tierfs daemon of uid {me} or root: not trusted",
+            socket.display(),
+            p.uid
+        );
+    }
+    Ok((s, p.pid))
 }
 
 /// A request line as words: a JSON array of strings, or whitespace-separated words.
@@ -236,8 +278,7 @@ fn serve_one(mut conn: UnixStream, handle: &(dyn Fn(&[String]) -> Value + Send +
 /// SSD write budget): no timeout on the answer. A daemon that dies closes the socket, which
 /// ends the wait with an error.
 pub fn request_patient(socket: &Path, cmd: &str) -> Result<String> {
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("control socket {}", socket.display()))?;
+    let (mut s, _) = connect(socket)?;
     writeln!(s, "{cmd}")?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;

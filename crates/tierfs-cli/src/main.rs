@@ -12,6 +12,7 @@ mod mount_cmd;
 mod progress;
 mod runtime;
 mod stats_cmd;
+mod unmount_cmd;
 mod warm_cmd;
 
 use clap::{Parser, Subcommand};
@@ -58,11 +59,28 @@ enum Cmd {
         metrics_addr: Option<String>,
     },
     /// Print the counters of a running mount.
+    /// Write every dirty byte to the store (with progress), then unmount and wait for the
+    /// daemon to exit. (`umount` returns before write-back has drained.)
+    Unmount { mountpoint: PathBuf },
     Stats {
         mountpoint: PathBuf,
-        /// Print JSON
+        /// Every counter as JSON (hit ratios included)
         #[arg(long)]
         json: bool,
+        /// Every counter after the summary, one per line
+        #[arg(long)]
+        all: bool,
+        /// Live: a line of rates every SECONDS (like `zpool iostat 1`), until interrupted
+        #[arg(short = 'i', long = "interval", value_name = "SECONDS")]
+        interval: Option<f64>,
+        /// Live: stop after COUNT lines
+        #[arg(
+            short = 'c',
+            long = "count",
+            value_name = "COUNT",
+            requires = "interval"
+        )]
+        count: Option<u64>,
     },
     /// Pre-load files (and the files of directories, recursively) into the SSD tier of the
     /// tierfs mount they are on.
@@ -125,6 +143,7 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let helper = argv0.to_string_lossy().starts_with("mount.");
     let known = [
         "mount",
+        "unmount",
         "stats",
         "warm",
         "evict",
@@ -152,7 +171,7 @@ fn normalize_args(mut args: Vec<OsString>) -> Vec<OsString> {
                 .find(|k| k.starts_with(f.as_str()) || f.starts_with(*k));
             let hint = close.map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
             eprintln!(
-                "tierfs: unknown command {f:?}{hint}; commands: mount, stats, warm, evict, fsck, ctl (tierfs --help)"
+                "tierfs: unknown command {f:?}{hint}; commands: mount, unmount, stats, warm, evict, fsck, ctl (tierfs --help)"
             );
             std::process::exit(2);
         }
@@ -194,14 +213,34 @@ fn main() {
             reset_cache,
             metrics_addr,
         } => (|| {
+            // `-o cache_dir=DIR` and `-o config=FILE` are `--cache-dir` and `--config` for
+            // an fstab line, which has nothing but its options field to give them.
+            let mut cache_dir = cache_dir;
+            let mut config_file = config_file;
+            let mut opts = Vec::new();
+            for opt in options.iter().flat_map(|g| g.split(',')) {
+                let (slot, value, flag) = if let Some(v) = opt.strip_prefix("cache_dir=") {
+                    (&mut cache_dir, v, "--cache-dir")
+                } else if let Some(v) = opt.strip_prefix("config=") {
+                    (&mut config_file, v, "--config")
+                } else {
+                    opts.push(opt);
+                    continue;
+                };
+                if value.is_empty() {
+                    anyhow::bail!("option {opt:?}: a path is needed");
+                }
+                if slot.as_deref().is_some_and(|p| p != Path::new(value)) {
+                    anyhow::bail!("option {opt:?} contradicts {flag} (or an earlier {opt:?})");
+                }
+                *slot = Some(PathBuf::from(value));
+            }
             let mut config = config::Config::default();
             if let Some(f) = &config_file {
                 config.load_file(f)?;
             }
-            for group in &options {
-                for opt in group.split(',') {
-                    config.apply_mount_option(opt)?;
-                }
+            for opt in opts {
+                config.apply_mount_option(opt)?;
             }
             if let Some(a) = &metrics_addr {
                 config.set("metrics_addr", a)?;
@@ -215,11 +254,26 @@ fn main() {
                 reset_cache,
             })
         })(),
-        Cmd::Stats { mountpoint, json } => {
+        Cmd::Unmount { mountpoint } => unmount_cmd::run(&mountpoint),
+        Cmd::Stats {
+            mountpoint,
+            json,
+            all,
+            interval,
+            count,
+        } => {
             // `tierfs stats | head` must end quietly like any Unix filter, not panic on EPIPE.
             // (Only here: the daemon must survive a control client that hangs up.)
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-            stats_cmd::run(&mountpoint, json)
+            stats_cmd::run(
+                &mountpoint,
+                stats_cmd::Mode {
+                    json,
+                    all,
+                    interval,
+                    count,
+                },
+            )
         }
         Cmd::Warm {
             paths,

@@ -8,7 +8,6 @@ use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs_store::{PosixStore, Store};
@@ -94,15 +93,19 @@ fn check_nesting(backing: &Path, mountpoint: &Path, cache_dir: &Path) -> Result<
 
 /// Creates the cache dir, checks it is writable, and locks it for this mount.
 fn prepare_cache_dir(dir: &Path) -> Result<File> {
+    tierfs_cache::private::create(dir).with_context(|| format!("cache dir {}", dir.display()))?;
+    // Before anything is written or tightened there: a cache dir another user controls
+    // could redirect what the (root) daemon writes, or read what it caches.
+    tierfs_cache::private::trusted(dir)
+        .map_err(|e| anyhow::anyhow!("cache dir {}: {e}", dir.display()))?;
     // 0700, and its files 0600 (an older tierfs made its log 0666 under umask 0).
-    tierfs_cache::private::dir_all(dir).with_context(|| format!("cache dir {}", dir.display()))?;
+    tierfs_cache::private::tighten(dir).with_context(|| format!("cache dir {}", dir.display()))?;
     let lock_path = dir.join("lock");
-    let lock = std::fs::OpenOptions::new()
+    let lock = tierfs_cache::private::options()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
-        .mode(0o600)
         .open(&lock_path)
         .with_context(|| format!("cache dir {}", dir.display()))?;
     // The daemon of a mount just unmounted from here may still be exiting (umount(8) returns
@@ -125,7 +128,7 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
     Ok(lock)
 }
 
-pub fn run(args: MountArgs) -> Result<()> {
+pub fn run(mut args: MountArgs) -> Result<()> {
     // Before any thread exists: one malloc arena, so that memory the RAM tier frees is
     // reused and its size bounds the daemon's (see `one_malloc_arena`).
     tierfs_fs::one_malloc_arena();
@@ -155,6 +158,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         .with_context(|| format!("cache dir {}", cache_dir.display()))?;
     check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     let lock = prepare_cache_dir(&cache_dir)?;
+    if let Some(total) = filesystem_size(&cache_dir) {
+        args.config.fit_writeback_to(total);
+    }
     args.config.validate()?;
     if config_segment_too_small(&args.config) {
         bail!(
@@ -281,7 +287,7 @@ fn raise_fd_limit() {
 }
 
 fn config_segment_too_small(c: &Config) -> bool {
-    c.ssd.segment_size < 2 * c.ssd.cluster_size
+    c.ssd.segment_size != 0 && c.ssd.segment_size < 2 * c.ssd.cluster_size
 }
 
 /// Opens (or creates) the SSD tier in `<cache dir>/ssd`, rebuilding its index before the mount
@@ -501,4 +507,15 @@ fn left_behind<S: tierfs_store::Store>(fs: &tierfs_fs::Fs<S>) -> String {
         Some(_) => "no write-back data was pending".into(),
         None => "write-through: no data was pending".into(),
     }
+}
+
+/// Size in bytes of the filesystem holding `dir` (statvfs), if it can be read.
+fn filesystem_size(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_blocks as u64 * st.f_frsize as u64)
 }

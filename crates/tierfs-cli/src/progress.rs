@@ -69,6 +69,23 @@ impl Progress {
         }
     }
 
+    /// `files` files and `bytes` bytes done so far (for work measured from outside).
+    pub fn set_done(&mut self, files: u64, bytes: u64) {
+        self.files = files;
+        self.bytes = bytes;
+        match &self.bar {
+            Some(b) => {
+                b.set_position(self.bytes);
+                b.set_message(format!("{}/{} files", self.files, self.total_files));
+            }
+            None if self.last_line.elapsed() >= PLAIN_EVERY => {
+                self.last_line = Instant::now();
+                eprintln!("{}", self.line());
+            }
+            None => {}
+        }
+    }
+
     /// A warning that must not garble the bar.
     pub fn warn(&self, msg: &str) {
         match &self.bar {

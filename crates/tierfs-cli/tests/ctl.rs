@@ -579,6 +579,9 @@ fn metrics_serve_every_stats_number_on_loopback() {
         let stats = stats_of(&mnt);
         let mut fields = Vec::new();
         flatten("", &stats, &mut fields);
+        // `tierfs stats --json` adds the hit ratios from hits and misses (both metrics):
+        // Prometheus derives them itself.
+        fields.retain(|(p, _)| !p.ends_with(".hit_ratio"));
         assert!(fields.len() > 100, "{} fields", fields.len());
         for g in tierfs_fs::GAUGES {
             assert!(
@@ -668,4 +671,50 @@ fn bad_metrics_address_is_refused() {
         "{err}"
     );
     assert!(!is_mounted(&mnt));
+}
+
+/// `tierfs stats` (issue 13 item 19): a summary of a few lines with sizes in KiB/MiB/GiB and
+/// hit ratios; `--all` adds every counter; `--json` carries the hit ratios too; `-i 0.2 -c 3`
+/// prints a header and three lines of rates, like `zpool iostat`.
+#[test]
+fn stats_summary_all_json_and_live() {
+    let m = BinMount::new(&["ram.max=16M"]);
+    std::fs::write(m.backing.join("f"), vec![3u8; 1 << 20]).unwrap();
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("f")).unwrap().len(), 1 << 20);
+    });
+    let run = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(tierfs_bin())
+            .arg("stats")
+            .args(args)
+            .arg(&m.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let s = run(&[]);
+    assert!(s.lines().count() <= 10, "not a summary: {s}");
+    for part in ["reads", "RAM tier", "SSD tier", "store", "metadata", "MiB"] {
+        assert!(s.contains(part), "no {part:?} in {s}");
+    }
+    let all = run(&["--all"]);
+    assert!(all.lines().count() > 60, "--all lacks the counters: {all}");
+    assert!(all.contains("tierfs.backing.read_bytes"), "{all}");
+    let v: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert!(v["ram"]["hit_ratio"].is_number(), "{v}");
+    let live = run(&["-i", "0.2", "-c", "3"]);
+    let lines: Vec<&str> = live.lines().collect();
+    assert_eq!(lines.len(), 4, "{live}");
+    assert!(
+        lines[0].contains("read/s") && lines[0].contains("ram%"),
+        "{live}"
+    );
 }

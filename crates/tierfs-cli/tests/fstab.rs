@@ -164,6 +164,27 @@ fn mount_helper_convention() {
     assert_ok(&out, "mount.fuse.tierfs BACKING MNT -n -v -s -o ...");
     s.check_and_umount(&[]);
 
+    // The cache dir and a config file from the options field, as an fstab line gives them
+    // (issue 13 item 17): two lines for one store no longer collide in the default dir.
+    let own_cache = s.mnt.parent().unwrap().join("own-cache");
+    let conf = s.mnt.parent().unwrap().join("tierfs.toml");
+    std::fs::write(&conf, "[ram]\nmax = \"64M\"\n").unwrap();
+    let out = run(Command::new(s.bin.join("mount.fuse.tierfs"))
+        .arg(&s.backing)
+        .arg(&s.mnt)
+        .args(["-o"])
+        .arg(format!(
+            "rw,cache_dir={},config={}",
+            own_cache.display(),
+            conf.display()
+        )));
+    assert_ok(&out, "mount.fuse.tierfs -o cache_dir=...,config=...");
+    assert!(
+        own_cache.join("control.sock").exists(),
+        "cache_dir= not used"
+    );
+    s.check_and_umount(&[]);
+
     // -f (fake) mounts nothing and succeeds, as mount(8) expects.
     let out = run(Command::new(s.bin.join("mount.fuse.tierfs"))
         .arg(&s.backing)

@@ -95,3 +95,130 @@ fn cache_dir_and_registry_are_private_whatever_the_umask() {
     assert!(bad.is_empty(), "registry entries open to others: {bad:?}");
     m.unmount_and_wait();
 }
+
+/// `tierfs mount b m --cache-dir C` in `dir`: (exit status, stderr).
+fn mount_with_cache(dir: &Path, cache: &Path) -> (bool, String) {
+    let out = std::process::Command::new("timeout")
+        .args(["-k", "5", "30"])
+        .arg(tierfs_bin())
+        .arg("mount")
+        .arg(dir.join("b"))
+        .arg(dir.join("m"))
+        .arg("--cache-dir")
+        .arg(cache)
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(dir.join("m"))
+        .status();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// A cache dir another user controls is refused before anything is written in it (issue 13
+/// item 8): one owned by another user (who would read what root caches there), one whose
+/// `ssd/` is a symlink (root once wrote 0666 segment files into `/etc` that way), one in a
+/// directory others may write to.
+#[test]
+fn a_cache_dir_another_user_controls_is_refused() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (chown to another user)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    for x in ["b", "m", "elsewhere", "open"] {
+        std::fs::create_dir(d.join(x)).unwrap();
+    }
+    let theirs = d.join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let linked = d.join("linked");
+    std::fs::create_dir(&linked).unwrap();
+    std::os::unix::fs::symlink(d.join("elsewhere"), linked.join("ssd")).unwrap();
+    std::fs::set_permissions(d.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    for (cache, why) in [
+        (theirs.clone(), "owned by uid 65534"),
+        (linked.clone(), "is a symlink"),
+        (d.join("open/cache"), "writable by other users"),
+    ] {
+        let (ok, err) = mount_with_cache(d, &cache);
+        assert!(!ok, "{}: mounted", cache.display());
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains(why), "{}: {err}", cache.display());
+        assert!(!is_mounted(&d.join("m")));
+    }
+    let written = |p: &Path| std::fs::read_dir(p).unwrap().count();
+    assert_eq!(
+        written(&theirs),
+        0,
+        "something was written in another user's dir"
+    );
+    assert_eq!(
+        written(&d.join("elsewhere")),
+        0,
+        "the ssd symlink was followed"
+    );
+    // The same layout with a directory of our own mounts.
+    let (ok, err) = mount_with_cache(d, &d.join("ours"));
+    assert!(ok, "{err}");
+}
+
+/// Without `XDG_RUNTIME_DIR` a user's registry of control sockets is `/tmp/tierfs-<uid>`:
+/// one another user made first (here root, against uid 65534), with an entry pointing to a
+/// socket of their own, is not trusted, and `tierfs stats` says so instead of printing what
+/// that socket answers (issue 13 item 9).
+#[test]
+fn a_registry_another_user_made_is_not_trusted() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (plays the other user)");
+        return;
+    }
+    let m = BinMount::new(&[]);
+    std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let canon = m.mnt.canonicalize().unwrap();
+    let dev = tierfs_fuse::mount_device(&canon).unwrap();
+    let reg = PathBuf::from("/tmp/tierfs-65534");
+    let _ = std::fs::remove_dir_all(&reg);
+    std::fs::create_dir_all(reg.join("mounts")).unwrap();
+    let evil = m.dir.path().join("impostor.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&evil).unwrap();
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            let mut c = c;
+            let _ =
+                std::io::Write::write_all(&mut c, b"{\"error\":\"answered by the impostor\"}\n");
+        }
+    });
+    std::fs::write(
+        reg.join("mounts").join(dev.replace(':', "_")),
+        evil.as_os_str().as_encoded_bytes(),
+    )
+    .unwrap();
+    let out = std::process::Command::new("timeout")
+        .args([
+            "-k",
+            "5",
+            "20",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .args(["env", "-u", "XDG_RUNTIME_DIR", tierfs_bin(), "stats"])
+        .arg(&canon)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&reg);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "stats succeeded: {err}");
+    assert!(
+        !err.contains("impostor"),
+        "the impostor's socket was trusted: {err}"
+    );
+    assert!(err.contains("not trusted"), "{err}");
+}

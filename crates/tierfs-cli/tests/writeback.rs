@@ -1213,3 +1213,49 @@ fn sigterm_drains_dirty_data_to_the_store() {
     );
     println!("SIGTERM with {dirty_files} dirty files: all written back and marked done");
 }
+
+/// `tierfs unmount` (issue 13 item 12): returns only once every byte written before it is on
+/// the store, the mount is gone and the daemon has exited; `umount` alone returns while the
+/// daemon is still writing back.
+#[test]
+fn tierfs_unmount_waits_for_every_dirty_byte() {
+    let m = BinMount::new(&["writeback.mode=back", "ram.max=256M"]);
+    let data: Vec<u8> = (0..48 << 20).map(|i| (i % 253) as u8).collect();
+    let pid = m.daemon_pid().expect("daemon");
+    {
+        let (mnt, data) = (m.mnt.clone(), data.clone());
+        with_timeout(
+            std::time::Duration::from_secs(60),
+            vec![mnt.clone()],
+            move || {
+                for i in 0..4 {
+                    std::fs::write(mnt.join(format!("f{i}")), &data).unwrap();
+                }
+            },
+        );
+    }
+    let out = std::process::Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(tierfs_bin())
+        .arg("unmount")
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tierfs unmount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // At once, no waiting: everything is there.
+    for i in 0..4 {
+        assert!(
+            std::fs::read(m.backing.join(format!("f{i}"))).unwrap() == data,
+            "f{i} is not on the store when tierfs unmount returned"
+        );
+    }
+    assert!(!is_mounted(&m.mnt), "still mounted");
+    assert!(
+        wait_exit(pid, std::time::Duration::from_millis(100)),
+        "daemon still running"
+    );
+}

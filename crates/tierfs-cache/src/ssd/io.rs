@@ -18,7 +18,11 @@ pub(crate) fn open_segment(path: &Path, create: bool, direct: &AtomicBool) -> io
     let mut opts = crate::private::options();
     opts.read(true).write(true).create(create);
     if direct.load(Relaxed) {
-        match opts.clone().custom_flags(libc::O_DIRECT).open(path) {
+        match opts
+            .clone()
+            .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW)
+            .open(path)
+        {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 if direct.swap(false, Relaxed) {
                     tracing::warn!(

@@ -168,6 +168,15 @@ impl SsdCache {
         if reset {
             wipe(dir)?;
         }
+        let (total, _) = io::device_space(dir).map_err(io_err("statvfs", dir))?;
+        let auto = (total as u128 * cfg.max_fill_pct as u128 / 100) as u64;
+        let cap = if cfg.max_size == 0 {
+            auto
+        } else {
+            cfg.max_size.min(auto)
+        };
+        let mut cfg = cfg;
+        cfg.segment_size = cfg.segment_size_for(cap)?;
         // Another on-disk format (an older tierfs wrote it): a cache, so rebuilt, never
         // misread and never refused (the mount says so in its log: `rebuilt_from_format`).
         let mut rebuilt_from = None;
@@ -208,19 +217,6 @@ impl SsdCache {
                 sb
             }
         };
-        let (total, _) = io::device_space(dir).map_err(io_err("statvfs", dir))?;
-        let auto = (total as u128 * cfg.max_fill_pct as u128 / 100) as u64;
-        let cap = if cfg.max_size == 0 {
-            auto
-        } else {
-            cfg.max_size.min(auto)
-        };
-        if cap < cfg.segment_size {
-            return Err(SsdError::Config(format!(
-                "cache cap of {cap} bytes is smaller than one segment ({} bytes); raise max size or lower the segment size",
-                cfg.segment_size
-            )));
-        }
         let sh = Arc::new(Shared::new(dir, cfg, sb.uuid, cap, direct));
         sh.windows.start_prefetch();
         let rec = recover::recover(&sh, recover::Mode::Repair)?;

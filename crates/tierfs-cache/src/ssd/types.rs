@@ -48,6 +48,8 @@ pub struct SsdConfig {
     pub write_rate: u64,
     /// Token bucket depth, bytes (swapcache's maxburst). The bucket starts full.
     pub write_burst: u64,
+    /// Bytes; 0 = auto: [`AUTO_SEGMENT_MAX`], or less on a small device (see
+    /// [`SsdConfig::segment_size_for`]).
     pub segment_size: u64,
     /// Entry bytes per write (swapcache's minburst: no dribbles of tiny writes). The cluster's
     /// summary page(s) come on top, so 16 entries of 64 KiB fill a 1 MiB cluster exactly.
@@ -69,7 +71,7 @@ impl Default for SsdConfig {
             min_free_pct: 10,
             write_rate: 100 << 20,
             write_burst: 8 << 30,
-            segment_size: 256 << 20,
+            segment_size: 0,
             cluster_size: 1 << 20,
             flush_interval: Duration::from_secs(2),
             checkpoint_interval: Duration::from_secs(60),
@@ -79,11 +81,49 @@ impl Default for SsdConfig {
     }
 }
 
+/// The automatic segment size on a device large enough for it.
+pub const AUTO_SEGMENT_MAX: u64 = 256 << 20;
+/// The automatic segment size leaves the tier at least this many segments, so that reclaim
+/// (a segment at a time, oldest first) never throws away more than an eighth of it.
+const AUTO_SEGMENTS: u64 = 8;
+
 /// The largest `cluster_size`. A cluster (summary + data) is at most twice that, and its
 /// lengths and offsets are stored as u32.
 pub(crate) const MAX_CLUSTER: u64 = 1 << 30;
 
 impl SsdConfig {
+    /// The segment size in force for a tier of `cap` bytes: the one configured, or (auto)
+    /// the largest power-of-two number of clusters up to [`AUTO_SEGMENT_MAX`] that leaves at
+    /// least [`AUTO_SEGMENTS`] segments, and never less than two clusters. A configured size
+    /// larger than the cap is an error naming the keys to change.
+    pub fn segment_size_for(&self, cap: u64) -> Result<u64, SsdError> {
+        if self.segment_size != 0 {
+            if cap < self.segment_size {
+                return Err(SsdError::Config(format!(
+                    "the SSD tier's cap of {} MiB (ssd.max_fill_pct {}% of its filesystem, or ssd.max_size) is smaller than one segment (ssd.segment_size = {} MiB): lower ssd.segment_size or leave it unset (auto)",
+                    cap >> 20,
+                    self.max_fill_pct,
+                    self.segment_size >> 20
+                )));
+            }
+            return Ok(self.segment_size);
+        }
+        let min = 2 * self.cluster_size;
+        if cap < min {
+            return Err(SsdError::Config(format!(
+                "the SSD tier's cap of {} KiB (ssd.max_fill_pct {}% of its filesystem, or ssd.max_size) is smaller than two clusters (ssd.cluster_size = {} KiB): put the cache dir on a larger filesystem, lower ssd.cluster_size, or turn the tier off (ssd.enable=false)",
+                cap >> 10,
+                self.max_fill_pct,
+                self.cluster_size >> 10
+            )));
+        }
+        let mut seg = AUTO_SEGMENT_MAX.max(min);
+        while seg > min && seg * AUTO_SEGMENTS > cap {
+            seg /= 2;
+        }
+        Ok(seg.max(min))
+    }
+
     pub(crate) fn validate(&self) -> Result<(), SsdError> {
         let bad = |m: String| Err(SsdError::Config(m));
         if self.cluster_size < 4096 || !self.cluster_size.is_multiple_of(4096) {
@@ -98,7 +138,10 @@ impl SsdConfig {
                 self.cluster_size
             ));
         }
-        if self.segment_size < 2 * self.cluster_size || !self.segment_size.is_multiple_of(4096) {
+        if self.segment_size != 0
+            && (self.segment_size < 2 * self.cluster_size
+                || !self.segment_size.is_multiple_of(4096))
+        {
             return bad(format!(
                 "segment size {} must be a multiple of 4096 and at least twice the cluster size {}",
                 self.segment_size, self.cluster_size

@@ -94,6 +94,17 @@ impl<S: Store> Fs<S> {
         self.wb().is_some()
     }
 
+    /// `tierfs unmount`: writes every dirty byte to the backing store now and returns once
+    /// they are there (the mount keeps serving; later writes are dirty again).
+    pub fn sync_all(&self) -> Result<(), String> {
+        match self.wb() {
+            Some(wb) => wb
+                .flush_all()
+                .map_err(|e| format!("writing dirty data to the store: {e}")),
+            None => Ok(()),
+        }
+    }
+
     /// Unmount (or SIGTERM): drains every dirty byte to the backing store, then stops the
     /// flushers and closes the journal.
     pub fn shutdown_writeback(&self) {
