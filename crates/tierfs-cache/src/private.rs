@@ -34,8 +34,9 @@ const ENTRIES: &[&str] = &[
 
 /// Refuses a cache dir another user could read or redirect what the (root) daemon writes
 /// there through, as OpenSSH's StrictModes does for `authorized_keys`:
-/// - every directory on its real path is owned by root or us and writable by no one else,
-///   unless it is sticky (`/tmp`: others cannot move or replace what is ours in it);
+/// - every directory on its real path is owned by root or us and writable by no one else
+///   (group-writable for root's group or ours is fine), unless it is sticky (`/tmp`: others
+///   cannot move or replace what is ours in it);
 /// - the cache dir itself and every entry tierfs uses in it ([`ENTRIES`]) are owned by us
 ///   and are no symlinks (a symlinked `ssd/` once had root write 0666 files into `/etc`).
 ///
@@ -43,6 +44,7 @@ const ENTRIES: &[&str] = &[
 pub fn trusted(dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let me = unsafe { libc::geteuid() };
+    let my_gid = unsafe { libc::getegid() };
     let real = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut at = std::path::PathBuf::from("/");
     let mut parts: Vec<_> = real.components().skip(1).collect();
@@ -58,7 +60,11 @@ pub fn trusted(dir: &Path) -> Result<(), String> {
                 m.uid()
             ));
         }
-        if m.mode() & 0o022 != 0 && !sticky {
+        // Group-writable is fine for our own group and root's (umask 002 with a group per
+        // user makes 0775 directories); another group's members, or everyone, are not.
+        let group_ok = m.gid() == 0 || m.gid() == my_gid;
+        let others_write = m.mode() & 0o002 != 0 || (m.mode() & 0o020 != 0 && !group_ok);
+        if others_write && !sticky {
             return Err(format!(
                 "{} is writable by other users, who could replace the cache dir inside it: use another cache dir",
                 at.display()
@@ -164,6 +170,8 @@ mod tests {
     fn untrusted_cache_dirs_are_refused() {
         use std::os::unix::fs::symlink;
         let t = tempfile::tempdir().unwrap();
+        // (Another test of this binary may have the umask at 0 right now.)
+        std::fs::set_permissions(t.path(), Permissions::from_mode(0o700)).unwrap();
         let d = t.path().join("cache");
         dir_all(&d).unwrap();
         trusted(&d).unwrap();
@@ -176,6 +184,11 @@ mod tests {
         std::fs::set_permissions(t.path(), Permissions::from_mode(0o777)).unwrap();
         let e = trusted(&d).unwrap_err();
         assert!(e.contains("writable by other users"), "{e}");
+        // Group-writable by root's group (umask 002): fine.
+        std::fs::set_permissions(t.path(), Permissions::from_mode(0o775)).unwrap();
+        if unsafe { libc::geteuid() } == 0 {
+            trusted(&d).unwrap();
+        }
         // Sticky, like /tmp: fine.
         std::fs::set_permissions(t.path(), Permissions::from_mode(0o1777)).unwrap();
         trusted(&d).unwrap();

@@ -1541,3 +1541,76 @@ fn never_a_mix_after_in_place_rewrite_cto_off() {
 fn never_a_mix_after_in_place_rewrite_cto_off_with_opens() {
     no_mix_after_rewrite(&["meta.ttl=1h", "meta.cto=off", "fuse.no_open=off"]);
 }
+
+/// More directories than descriptors (issue 13 item 5): a tree of 3,000 directories under a
+/// daemon limited to 1,024 descriptors. Each directory tierfs reached held one, so `find` got
+/// EMFILE and afterwards even `ls` of the mount's root failed until a remount. Now held
+/// directories are bounded like files: the whole tree is walked and read, and the root still
+/// lists.
+#[test]
+fn more_directories_than_descriptors() {
+    const DIRS: usize = 3000;
+    let t = tempfile::tempdir().unwrap();
+    let (backing, mnt, cache) = (t.path().join("b"), t.path().join("m"), t.path().join("c"));
+    std::fs::create_dir(&mnt).unwrap();
+    for i in 0..DIRS {
+        let d = backing
+            .join(format!("d{:02}", i % 50))
+            .join(format!("e{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f"), format!("{i}\n")).unwrap();
+    }
+    let out = std::process::Command::new("timeout")
+        .args(["30", "prlimit", "--nofile=1024:1024"])
+        .arg(tierfs_bin())
+        .arg("mount")
+        .arg(&backing)
+        .arg(&mnt)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Lazy(PathBuf);
+    impl Drop for Lazy {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _u = Lazy(mnt.clone());
+    with_timeout(Duration::from_secs(120), vec![mnt.clone()], move || {
+        let found = std::process::Command::new("find")
+            .arg(&mnt)
+            .args(["-type", "f", "-exec", "cat", "{}", "+"])
+            .output()
+            .unwrap();
+        assert!(
+            found.status.success(),
+            "find: {}",
+            String::from_utf8_lossy(&found.stderr)
+        );
+        let mut seen: Vec<usize> = String::from_utf8_lossy(&found.stdout)
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            (0..DIRS).collect::<Vec<_>>(),
+            "not every file was read"
+        );
+        assert_eq!(
+            std::fs::read_dir(&mnt).unwrap().count(),
+            50,
+            "the root no longer lists"
+        );
+    });
+}

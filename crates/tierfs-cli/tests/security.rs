@@ -37,8 +37,30 @@ fn open_to_others(dir: &Path) -> Vec<(PathBuf, u32)> {
 /// files still get exactly the mode the application asked for.
 #[test]
 fn cache_dir_and_registry_are_private_whatever_the_umask() {
-    unsafe { libc::umask(0) };
-    let m = BinMount::new(&["writeback.mode=back", "ssd.write_rate=1G", "ram.max=16M"]);
+    let m = BinMount::unmounted_in(Path::new("/tmp"));
+    // `tierfs mount` run with the most permissive umask (only it: the umask is per process).
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("30")
+        .arg(tierfs_bin())
+        .arg("mount")
+        .arg(&m.backing)
+        .arg(&m.mnt)
+        .arg("--cache-dir")
+        .arg(&m.cache)
+        .args(["-o", "writeback.mode=back,ssd.write_rate=1G,ram.max=16M"]);
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (mnt, backing, cache) = (m.mnt.clone(), m.backing.clone(), m.cache.clone());
     std::fs::write(backing.join("secret"), vec![7u8; 1 << 20]).unwrap();
     std::fs::set_permissions(

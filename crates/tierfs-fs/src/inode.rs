@@ -102,15 +102,41 @@ pub struct InodeTable<S: Store> {
     max_files: usize,
     /// Inodes other than directories that hold their node, oldest first: at most
     /// [`FILE_NODES`], so a `grep -r` over a million files does not hold a million
-    /// descriptors (directories keep theirs: there are far fewer of them).
+    /// descriptors.
     file_nodes: parking_lot::Mutex<std::collections::VecDeque<std::sync::Weak<Inode<S>>>>,
+    /// The same for directories, up to [`DIR_NODES`]: a tree of 25,000 directories held one
+    /// descriptor each, and past the descriptor limit every open (even of the mount's root)
+    /// failed with EMFILE until a remount. A directory let go is resolved again from its
+    /// parent and name (one store lookup) when next needed.
+    dir_nodes: parking_lot::Mutex<std::collections::VecDeque<std::sync::Weak<Inode<S>>>>,
+    /// [`FILE_NODES`] and [`DIR_NODES`] as the descriptor limit allows ([`node_bound`]).
+    max_file_nodes: usize,
+    max_dir_nodes: usize,
 }
 
 /// Gives a node another identity (see [`InodeTable::rekey`]).
 pub(crate) type Relabel<'a, S> = &'a dyn Fn(&<S as Store>::Node, Ident) -> <S as Store>::Node;
 
-/// How many non-directory inodes may hold their node at once.
+/// How many non-directory inodes may hold their node at once (at most; see [`node_bound`]).
 const FILE_NODES: usize = 4096;
+/// How many directories may hold their node at once (at most; the root and directories whose
+/// name went away keep theirs regardless).
+const DIR_NODES: usize = 4096;
+
+/// `max` or, under a low descriptor limit, a quarter of it for each kind of node: the rest is
+/// for open files and directories being listed, the SSD tier, the journal and FUSE.
+fn node_bound(max: usize) -> usize {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+        rl.rlim_cur as usize
+    } else {
+        1024
+    };
+    max.min(limit / 4).max(64)
+}
 
 /// A name no directory entry can have (it holds a NUL), for identities of objects that a
 /// rename left without a name.
@@ -128,6 +154,9 @@ impl<S: Store> InodeTable<S> {
             files: DashMap::new(),
             max_files,
             file_nodes: Default::default(),
+            dir_nodes: Default::default(),
+            max_file_nodes: node_bound(FILE_NODES),
+            max_dir_nodes: node_bound(DIR_NODES),
         };
         t.inodes.insert(
             crate::ROOT_INO,
@@ -231,8 +260,8 @@ impl<S: Store> InodeTable<S> {
         inode
     }
 
-    /// Gives `inode` its node. A directory keeps it; other objects keep theirs while they are
-    /// among the last [`FILE_NODES`] resolved, then resolve again from their name when needed.
+    /// Gives `inode` its node. It keeps it while it is among the last [`FILE_NODES`] files or
+    /// [`DIR_NODES`] directories resolved, then resolves it again from its name when needed.
     pub(crate) fn hold_node(&self, inode: &Arc<Inode<S>>, node: S::Node) {
         {
             let mut n = inode.node.lock();
@@ -241,13 +270,15 @@ impl<S: Store> InodeTable<S> {
             }
             *n = Some(node);
         }
-        if inode.kind == FileKind::Dir {
-            return;
-        }
+        let (queue, max) = if inode.kind == FileKind::Dir {
+            (&self.dir_nodes, self.max_dir_nodes)
+        } else {
+            (&self.file_nodes, self.max_file_nodes)
+        };
         let old = {
-            let mut q = self.file_nodes.lock();
+            let mut q = queue.lock();
             q.push_back(Arc::downgrade(inode));
-            if q.len() > FILE_NODES {
+            if q.len() > max {
                 q.pop_front()
             } else {
                 None
