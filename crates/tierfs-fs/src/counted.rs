@@ -17,6 +17,9 @@ pub struct BackingCounters {
     write: AtomicU64,
     write_bytes: AtomicU64,
     create: AtomicU64,
+    /// copy_file_range calls done by the store, and the bytes they copied (no data to us).
+    copy: AtomicU64,
+    copied_bytes: AtomicU64,
     other: AtomicU64,
     errors: AtomicU64,
 }
@@ -33,6 +36,10 @@ pub struct BackingStats {
     pub write: u64,
     pub write_bytes: u64,
     pub create: u64,
+    #[serde(default)]
+    pub copy: u64,
+    #[serde(default)]
+    pub copied_bytes: u64,
     pub other: u64,
     pub errors: u64,
 }
@@ -49,6 +56,8 @@ impl BackingCounters {
             write: self.write.load(Relaxed),
             write_bytes: self.write_bytes.load(Relaxed),
             create: self.create.load(Relaxed),
+            copy: self.copy.load(Relaxed),
+            copied_bytes: self.copied_bytes.load(Relaxed),
             other: self.other.load(Relaxed),
             errors: self.errors.load(Relaxed),
         }
@@ -220,6 +229,20 @@ impl<S: Store> Store for CountedStore<S> {
             &self.counters.other,
             self.inner.fallocate(handle, mode, offset, len),
         )
+    }
+    fn copy_range(
+        &self,
+        from: &S::Handle,
+        off_in: u64,
+        to: &S::Handle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let r = self.inner.copy_range(from, off_in, to, off_out, len);
+        if let Ok(n) = &r {
+            self.counters.copied_bytes.fetch_add(*n, Relaxed);
+        }
+        self.count(&self.counters.copy, r)
     }
     fn lseek(&self, handle: &S::Handle, offset: i64, whence: i32) -> Result<i64> {
         self.count(

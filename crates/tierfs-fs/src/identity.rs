@@ -307,6 +307,17 @@ impl<S: Store> Store for IdStore<S> {
     fn lseek(&self, handle: &Self::Handle, offset: i64, whence: i32) -> Result<i64> {
         self.inner.lseek(&handle.inner, offset, whence)
     }
+    fn copy_range(
+        &self,
+        from: &Self::Handle,
+        off_in: u64,
+        to: &Self::Handle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.inner
+            .copy_range(&from.inner, off_in, &to.inner, off_out, len)
+    }
     fn readdir(&self, node: &Self::Node) -> Result<Vec<DirEntry>> {
         let mut v = self.inner.readdir(&node.inner)?;
         for e in &mut v {

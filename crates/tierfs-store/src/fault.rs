@@ -280,6 +280,17 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.lseek(handle, offset, whence)
     }
+    fn copy_range(
+        &self,
+        from: &S::Handle,
+        off_in: u64,
+        to: &S::Handle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.faults.enter(Write)?;
+        self.inner.copy_range(from, off_in, to, off_out, len)
+    }
     fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
         self.faults.enter(Meta)?;
         self.inner

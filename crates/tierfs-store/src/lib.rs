@@ -117,6 +117,20 @@ pub trait Store: Send + Sync + 'static {
     fn fallocate(&self, handle: &Self::Handle, mode: i32, offset: u64, len: u64) -> Result<()>;
     /// SEEK_DATA / SEEK_HOLE (and the plain whences).
     fn lseek(&self, handle: &Self::Handle, offset: i64, whence: i32) -> Result<i64>;
+    /// Copies up to `len` bytes from `from` at `off_in` to `to` at `off_out` inside the store
+    /// (copy_file_range: a reflink or a server-side copy where the store has one, so the data
+    /// never crosses to us); the bytes copied (0 at the end of `from`). ENOSYS: the store
+    /// cannot, and the caller copies by reading and writing.
+    fn copy_range(
+        &self,
+        _from: &Self::Handle,
+        _off_in: u64,
+        _to: &Self::Handle,
+        _off_out: u64,
+        _len: u64,
+    ) -> Result<u64> {
+        Err(Errno(libc::ENOSYS))
+    }
     /// All entries of a directory except `.` and `..`.
     fn readdir(&self, node: &Self::Node) -> Result<Vec<DirEntry>>;
     /// [`Store::readdir`] with each entry's attributes where the store can give them in the

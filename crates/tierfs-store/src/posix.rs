@@ -834,6 +834,36 @@ impl Store for PosixStore {
         Ok(())
     }
 
+    fn copy_range(
+        &self,
+        from: &PosixHandle,
+        off_in: u64,
+        to: &PosixHandle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (mut i, mut o) = (off_in as i64, off_out as i64);
+        let n = unsafe {
+            libc::copy_file_range(
+                from.file.as_raw_fd(),
+                &mut i,
+                to.file.as_raw_fd(),
+                &mut o,
+                len as usize,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(match Errno::last() {
+                // The backing filesystems cannot copy between these files: say so as "not
+                // here", so the kernel copies through reads and writes.
+                e if e == Errno(libc::EXDEV) || e == Errno(libc::EOPNOTSUPP) => Errno(libc::ENOSYS),
+                e => e,
+            });
+        }
+        Ok(n as u64)
+    }
+
     fn lseek(&self, handle: &PosixHandle, offset: i64, whence: i32) -> Result<i64> {
         let r = unsafe { libc::lseek64(handle.file.as_raw_fd(), offset, whence) };
         if r < 0 {

@@ -48,6 +48,36 @@ impl<S: Store> Objects<S> {
         Ok(data.len() as u32)
     }
 
+    /// copy_file_range: the store copies (`Store::copy_range`: a reflink or a server-side
+    /// copy, so the data never comes through us), under the destination's exclusive lock (it
+    /// is a write) and the source's shared one. The destination's cached blocks are dropped:
+    /// its new contents never passed through the tiers. (The kernel drops its own pages of
+    /// the destination range.) ENOSYS: the store cannot; the kernel then copies by reading
+    /// and writing through us.
+    pub(crate) fn copy_range(
+        &self,
+        src: &OpenFile<S>,
+        off_in: u64,
+        dst: &OpenFile<S>,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (hs, hd) = (self.handle(src)?, self.handle(dst)?);
+        let _w = dst.state.rw.write();
+        let _r = (!std::ptr::eq(&*src.state, &*dst.state)).then(|| src.state.rw.read());
+        let r = self.sh.store.copy_range(hs, off_in, hd, off_out, len);
+        if r != Err(tierfs_store::Errno(libc::ENOSYS)) {
+            self.ns.meta.drop_attr(dst.inode.id());
+            let attr = self.sh.fstat_as(&dst.state, hd).ok();
+            dst.state.invalidate(attr.as_ref());
+        }
+        if let Ok(n) = r {
+            FsStats::add(&self.sh.stats.write_requests, 1);
+            FsStats::add(&self.sh.stats.write_bytes, n);
+        }
+        r
+    }
+
     /// Applies a write that landed at `at` to the cached blocks of generation `gen`: cached
     /// blocks are patched (and zero-extended where the file grew), blocks the write covers
     /// whole are inserted, others are left to be fetched.

@@ -449,6 +449,33 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// copy_file_range from `(ino_in, fh_in)` to `(ino_out, fh_out)`: done by the store
+    /// (see `Objects::copy_range`), after write-back has put both files' dirty data on it,
+    /// so the copy reads what the application wrote and lands after it. At most 1 GiB per
+    /// call (the reply carries a 32-bit count; the caller loops, as for any short copy).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        ino_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u32> {
+        let src = self.data.file_for(ino_in, fh_in, false)?;
+        let dst = self.data.file_for(ino_out, fh_out, true)?;
+        if let Some(wb) = self.wb() {
+            wb.settle_file(&src.inode)?;
+            wb.settle_file(&dst.inode)?;
+        }
+        let n = self
+            .data
+            .copy_range(&src, off_in, &dst, off_out, len.min(1 << 30))?;
+        Ok(n as u32)
+    }
+
     fn count_write(&self, n: u32) {
         FsStats::add(&self.sh.stats.write_requests, 1);
         FsStats::add(&self.sh.stats.write_bytes, n as u64);
