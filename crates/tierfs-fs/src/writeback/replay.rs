@@ -124,12 +124,31 @@ fn replay_pending<S: Store>(
         // before identities had the device number in `dev`: not compared). With path
         // identities the path is the file.
         let by_inode = store.identity_kind() == tierfs_store::Identity::Inode;
-        let target = open_by_path(store, path).and_then(|(node, attr)| {
+        let found = open_by_path(store, path).and_then(|(node, attr)| {
             if by_inode && attr.ino != ino {
                 return Err(Errno::ESTALE);
             }
-            store.open(&node, libc::O_WRONLY)
+            Ok(node)
         });
+        let target = match found {
+            // Renamed through tierfs before its writes were flushed (namespace operations are
+            // not journaled): in its directory under another name, found by inode number.
+            Err(e) if by_inode && (e == Errno::ENOENT || e == Errno::ESTALE) => {
+                match renamed_in_dir(store, path, ino) {
+                    Some((node, name)) => {
+                        tracing::info!(
+                            "write-back replay: {shown} is now {:?} in the same directory (same inode): its {} pending writes follow it",
+                            name,
+                            writes.len()
+                        );
+                        Ok(node)
+                    }
+                    None => Err(e),
+                }
+            }
+            r => r,
+        }
+        .and_then(|node| store.open(&node, libc::O_WRONLY));
         let mut upto = 0;
         match target {
             Ok(h) => {
@@ -188,6 +207,27 @@ fn replay_pending<S: Store>(
     Ok(())
 }
 
+/// The file with inode number `ino` in the directory of `path`, under whatever name it has
+/// now (a rename in that directory: `target.tmp` -> `target`), and that name.
+fn renamed_in_dir<S: Store>(
+    store: &St<S>,
+    path: &[u8],
+    ino: u64,
+) -> Option<(Node<S>, std::ffi::OsString)> {
+    let parent = match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => &path[..i],
+        None => &[][..],
+    };
+    let (dir, _) = open_by_path(store, parent).ok()?;
+    let entry = store
+        .readdir(&dir)
+        .ok()?
+        .into_iter()
+        .find(|e| e.ino == ino && e.kind != Some(tierfs_store::FileKind::Dir))?;
+    let (node, attr) = store.lookup(&dir, &entry.name).ok()?;
+    (attr.ino == ino && attr.kind == tierfs_store::FileKind::File).then_some((node, entry.name))
+}
+
 /// Resolves a backing path from the root, one component at a time (never following
 /// symlinks: the store's lookup does not).
 fn open_by_path<S: Store>(
@@ -238,5 +278,58 @@ fn open_journal(
         Err(e) => Err(format!(
             "write-back journal: {e} (it may hold acknowledged writes; --reset-cache wipes it)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counted::CountedStore;
+    use crate::identity::IdStore;
+    use std::os::unix::fs::MetadataExt;
+    use tierfs_cache::journal::FileRef;
+    use tierfs_store::{IdentityChoice, PosixStore};
+
+    /// Writes journaled under a name the file lost before they were flushed (renamed in its
+    /// directory: `w3/target1.tmp` -> `w3/target1`, the pattern of every atomic save) follow
+    /// the file at replay, instead of a false "lost data" alarm in `journal/lost/` (issue 13
+    /// item 2).
+    #[test]
+    fn pending_writes_follow_a_rename_in_their_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+        std::fs::create_dir_all(back.join("w3")).unwrap();
+        std::fs::write(back.join("w3/target1.tmp"), vec![0u8; 8192]).unwrap();
+        let ino = std::fs::metadata(back.join("w3/target1.tmp"))
+            .unwrap()
+            .ino();
+        let store = IdStore::new(CountedStore::new(
+            PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
+        ))
+        .unwrap();
+        let cfg = WbConfig {
+            journal_size: 64 << 20,
+            journal_segment: 8 << 20,
+            ..WbConfig::default()
+        };
+        {
+            let (j, _) =
+                Journal::open(&jdir, store.store_id(), journal_config(&cfg), false).unwrap();
+            let f = FileRef {
+                dev: 0,
+                ino,
+                path: b"w3/target1.tmp".to_vec(),
+            };
+            j.append_data(&f, 0, &[7u8; 4096]).unwrap();
+            j.append_data(&f, 4096, &[8u8; 4096]).unwrap();
+            j.sync_all().unwrap();
+            j.shutdown();
+        }
+        std::fs::rename(back.join("w3/target1.tmp"), back.join("w3/target1")).unwrap();
+        replay_journal(&store, cfg, &jdir, false).unwrap();
+        let got = std::fs::read(back.join("w3/target1")).unwrap();
+        assert_eq!(&got[..4096], &[7u8; 4096][..]);
+        assert_eq!(&got[4096..], &[8u8; 4096][..]);
+        assert!(!jdir.join("lost").exists(), "a false lost-data alarm");
     }
 }
