@@ -19,6 +19,8 @@ pub use key::BlockKey;
 pub use pressure::{PressureConfig, PressureMonitor, PressureStats};
 pub use ram::{RamCache, RamStats};
 pub use singleflight::{Claim, FlightGuard, SingleFlight};
+/// (total, available) bytes of the filesystem holding a directory (statvfs).
+pub use ssd::device_space;
 pub use ssd::{
     Admit, AdmitError, SsdCache, SsdConfig, SsdError, SsdIdentity, SsdKey, SsdStats, KIND_ATTR,
     KIND_DATA, KIND_DIR, KIND_LINK,

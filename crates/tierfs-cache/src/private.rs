@@ -131,15 +131,15 @@ pub fn tighten(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `path` created or truncated, open for writing, with [`FILE_MODE`] (see [`options`]).
+pub fn new_file(path: &Path) -> io::Result<std::fs::File> {
+    options().write(true).create(true).truncate(true).open(path)
+}
+
 /// Writes `bytes` to a new or truncated file with [`FILE_MODE`].
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?
-        .write_all(bytes)
+    new_file(path)?.write_all(bytes)
 }
 
 #[cfg(test)]

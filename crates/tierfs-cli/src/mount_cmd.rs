@@ -158,7 +158,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         .with_context(|| format!("cache dir {}", cache_dir.display()))?;
     check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     let lock = prepare_cache_dir(&cache_dir)?;
-    if let Some(total) = filesystem_size(&cache_dir) {
+    if let Ok((total, _)) = tierfs_cache::device_space(&cache_dir) {
         args.config.fit_writeback_to(total);
     }
     args.config.validate()?;
@@ -507,15 +507,4 @@ fn left_behind<S: tierfs_store::Store>(fs: &tierfs_fs::Fs<S>) -> String {
         Some(_) => "no write-back data was pending".into(),
         None => "write-through: no data was pending".into(),
     }
-}
-
-/// Size in bytes of the filesystem holding `dir` (statvfs), if it can be read.
-fn filesystem_size(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_blocks as u64 * st.f_frsize as u64)
 }

@@ -54,19 +54,7 @@ impl Progress {
 
     /// One more file done, of `bytes` bytes.
     pub fn file_done(&mut self, bytes: u64) {
-        self.files += 1;
-        self.bytes += bytes;
-        match &self.bar {
-            Some(b) => {
-                b.set_position(self.bytes);
-                b.set_message(format!("{}/{} files", self.files, self.total_files));
-            }
-            None if self.last_line.elapsed() >= PLAIN_EVERY => {
-                self.last_line = Instant::now();
-                eprintln!("{}", self.line());
-            }
-            None => {}
-        }
+        self.set_done(self.files + 1, self.bytes + bytes);
     }
 
     /// `files` files and `bytes` bytes done so far (for work measured from outside).

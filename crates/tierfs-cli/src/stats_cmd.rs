@@ -45,7 +45,8 @@ pub fn run(mountpoint: &Path, mode: Mode) -> Result<()> {
     Ok(())
 }
 
-fn n(v: &Value, path: &str) -> u64 {
+/// The number at dotted `path` of a stats answer ("ram.hits"), 0 where absent.
+pub(crate) fn n(v: &Value, path: &str) -> u64 {
     path.split('.').fold(v, |v, k| &v[k]).as_u64().unwrap_or(0)
 }
 

@@ -5,6 +5,7 @@
 
 use crate::control;
 use crate::progress::Progress;
+use crate::stats_cmd::n;
 use anyhow::{bail, Context, Result};
 use indicatif::HumanBytes;
 use serde_json::Value;
@@ -14,17 +15,13 @@ use std::time::{Duration, Instant};
 /// How long the daemon may take to exit once unmounted (it has nothing left to write).
 const EXIT_WAIT: Duration = Duration::from_secs(15);
 
-fn n(v: &Value, path: &str) -> u64 {
-    path.split('.').fold(v, |v, k| &v[k]).as_u64().unwrap_or(0)
-}
-
 pub fn run(mountpoint: &Path) -> Result<()> {
     let canon = mountpoint
         .canonicalize()
         .with_context(|| format!("mountpoint {}", mountpoint.display()))?;
     let socket = control::socket_for_mount(&canon)?;
-    let (_probe, pid) = control::connect(&socket)?;
-    drop(_probe);
+    // The daemon's pid, to wait for its exit (the connection itself is not used).
+    let pid = control::connect(&socket)?.1;
     let st = control::request(&socket, &["stats"])?;
     let (bytes0, files0) = (
         n(&st, "writeback.dirty_bytes"),

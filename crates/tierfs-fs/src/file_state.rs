@@ -201,6 +201,13 @@ impl FileState {
         }
     }
 
+    /// Whether a read must ask the store first: the fingerprint was checked `ttl` ago or
+    /// more, or our own writes left it provisional (one lock for both).
+    pub fn needs_check(&self, ttl: Duration) -> bool {
+        let i = self.inner.lock();
+        i.checked.elapsed() >= ttl || unverified(&i.v.fp)
+    }
+
     /// Whether our own writes left a provisional fingerprint (see [`FileState::wrote`]).
     pub fn unverified(&self) -> bool {
         unverified(&self.inner.lock().v.fp)

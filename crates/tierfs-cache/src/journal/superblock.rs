@@ -114,12 +114,7 @@ pub(crate) fn store(dir: &Path, store_id: &str, sb: &Superblock) -> Result<(), J
 
     let tmp = dir.join(TMP);
     let path = dir.join(FILE);
-    let mut f = crate::private::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
+    let mut f = crate::private::new_file(&tmp).map_err(io_err("create", &tmp))?;
     f.write_all(&b).map_err(io_err("write", &tmp))?;
     f.sync_all().map_err(io_err("fsync", &tmp))?;
     fs::rename(&tmp, &path).map_err(io_err("rename", &path))?;

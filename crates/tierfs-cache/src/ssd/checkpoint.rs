@@ -57,12 +57,7 @@ pub(crate) fn write(
 ) -> Result<u64, SsdError> {
     let tmp = dir.join(TMP);
     let path = dir.join(FILE);
-    let file = crate::private::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
+    let file = crate::private::new_file(&tmp).map_err(io_err("create", &tmp))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let mut crc = seed;
     let mut n = 0u64;

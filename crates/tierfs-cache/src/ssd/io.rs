@@ -52,7 +52,7 @@ pub(crate) fn drop_cached(file: &File, off: u64, len: u64) {
 }
 
 /// (device size, bytes free to unprivileged users) of the filesystem holding `dir`.
-pub(crate) fn device_space(dir: &Path) -> io::Result<(u64, u64)> {
+pub fn device_space(dir: &Path) -> io::Result<(u64, u64)> {
     let c = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: statvfs fills the struct; zeroed is a valid initial value.

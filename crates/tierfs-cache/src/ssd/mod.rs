@@ -33,6 +33,7 @@ mod writer;
 mod tests;
 
 pub use error::SsdError;
+pub use io::device_space;
 pub use stats::SsdStats;
 pub use types::{SsdConfig, SsdIdentity, SsdKey, KIND_ATTR, KIND_DATA, KIND_DIR, KIND_LINK};
 pub use warm::{Admit, AdmitError};

@@ -171,7 +171,7 @@ impl<S: Store> Objects<S> {
         size: u32,
     ) -> Result<Bytes> {
         let of = of.clone();
-        if of.state.expired(self.ns.meta.ttl()) || of.state.unverified() {
+        if of.state.needs_check(self.ns.meta.ttl()) {
             self.refresh(&of)?;
         }
         for _ in 0..MAX_STALE_RETRIES {

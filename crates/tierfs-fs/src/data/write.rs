@@ -64,7 +64,7 @@ impl<S: Store> Objects<S> {
     ) -> Result<u64> {
         let (hs, hd) = (self.handle(src)?, self.handle(dst)?);
         let _w = dst.state.rw.write();
-        let _r = (!std::ptr::eq(&*src.state, &*dst.state)).then(|| src.state.rw.read());
+        let _r = (!std::sync::Arc::ptr_eq(&src.state, &dst.state)).then(|| src.state.rw.read());
         let r = self.sh.store.copy_range(hs, off_in, hd, off_out, len);
         if r != Err(tierfs_store::Errno(libc::ENOSYS)) {
             self.ns.meta.drop_attr(dst.inode.id());
