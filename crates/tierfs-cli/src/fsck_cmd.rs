@@ -214,6 +214,43 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                         println!("journal:   {}", String::from_utf8_lossy(f));
                     }
                 }
+                for d in j.damage.iter().filter(|d| !d.harmless) {
+                    let what = match (&d.file, d.range) {
+                        (Some(f), Some((off, len))) => format!(
+                            "a write of {} at offset {off}{} is lost",
+                            String::from_utf8_lossy(&f.path),
+                            len.map(|l| format!(", {l} bytes")).unwrap_or_default()
+                        ),
+                        (Some(f), None) => {
+                            format!("a DONE/DROP of {} is lost", String::from_utf8_lossy(&f.path))
+                        }
+                        (None, _) => "what it held is unknown".into(),
+                    };
+                    problems.push(format!(
+                        "journal: damaged at byte {} of {} ({}, {} bytes): {what}",
+                        d.offset,
+                        d.path.display(),
+                        d.why,
+                        d.len
+                    ));
+                }
+                if !j.lost.is_empty() {
+                    let mut files: Vec<&[u8]> = j.lost.iter().map(|p| &p.file.path[..]).collect();
+                    files.sort_unstable();
+                    files.dedup();
+                    problems.push(format!(
+                        "journal: {} pending writes to {} file(s) will not be replayed (damage may                          hide a newer write of each): the next mount leaves these files as the                          store has them and saves the writes under {}: {}",
+                        j.lost.len(),
+                        files.len(),
+                        j.dir.join("lost").display(),
+                        files
+                            .iter()
+                            .take(SHOW_PENDING)
+                            .map(|f| String::from_utf8_lossy(f))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
                 if let Some((path, off, why)) = &j.torn_tail {
                     problems.push(format!(
                         "journal: {} ends in a torn record at byte {off} ({why}): a crash \
@@ -223,6 +260,20 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                 }
             }
         },
+    }
+    if let Some(j) = journal {
+        for r in &j.lost_reports {
+            let first = std::fs::read_to_string(r).unwrap_or_default();
+            let file = first
+                .lines()
+                .find_map(|l| l.strip_prefix("file: "))
+                .unwrap_or("(journal damage)");
+            problems.push(format!(
+                "journal: data that could not be written to the store was saved by a mount: {}                  ({}; delete the report and its data file once dealt with)",
+                file,
+                r.display()
+            ));
+        }
     }
     for p in &problems {
         println!("problem: {p}");

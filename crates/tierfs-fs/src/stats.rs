@@ -253,6 +253,12 @@ pub struct WbStats {
     pub replayed_writes: u64,
     pub replayed_bytes: u64,
     pub replay_lost_files: u64,
+    /// Damaged stretches of the journal found at replay that may have cost a write.
+    #[serde(default)]
+    pub replay_damage: u64,
+    /// Pending writes set aside (journal/lost/) because damage may hide a newer one.
+    #[serde(default)]
+    pub replay_lost_writes: u64,
     pub replay_ms: u64,
     pub reserve: ReserveStats,
     pub journal: Option<tierfs_cache::journal::JournalStats>,

@@ -22,9 +22,9 @@ pub(crate) const KIND_SEAL: u8 = 4;
 /// DATA payload before the path: dev u64, ino u64, offset u64, path length u16.
 pub(crate) const DATA_FIXED: usize = 26;
 /// DONE and DROP payload: dev u64, ino u64, upto_seq u64.
-const MARK_LEN: usize = 24;
+pub(crate) const MARK_LEN: usize = 24;
 /// SEAL payload: its own offset in the segment (u64).
-const SEAL_PAYLOAD: usize = 8;
+pub(crate) const SEAL_PAYLOAD: usize = 8;
 /// Room kept free at the end of every segment so a SEAL always fits after any record.
 pub(crate) const SEAL_LEN: u64 = (HDR + SEAL_PAYLOAD) as u64;
 /// Longest path a DATA record carries (Linux PATH_MAX).

@@ -3,6 +3,7 @@
 //! acknowledged writes that only the next mount can bring to the backing store.
 
 use super::error::io_err;
+use super::damage::Damage;
 use super::replay::{self, PendingWrite};
 use super::{pending_of, superblock, Journal, JournalConfig, JournalError};
 use std::collections::BTreeMap;
@@ -35,6 +36,13 @@ pub struct JournalReport {
     /// The last segment ends in a torn record (a crash mid-write; nothing acknowledged is in
     /// it): file, offset, why. The next mount seals it there.
     pub torn_tail: Option<(PathBuf, u64, &'static str)>,
+    /// Bad stretches with valid records after them (see `Replay::damage`).
+    pub damage: Vec<Damage>,
+    /// Pending writes the next mount will not replay but save under `lost/`: damage may hide
+    /// a newer write of their file.
+    pub lost: Vec<PendingWrite>,
+    /// Files (names) already saved under `lost/` by an earlier mount: `<name>.txt` reports.
+    pub lost_reports: Vec<PathBuf>,
 }
 
 impl Journal {
@@ -50,6 +58,9 @@ impl Journal {
             pending: Vec::new(),
             pending_bytes: 0,
             torn_tail: None,
+            damage: Vec::new(),
+            lost: Vec::new(),
+            lost_reports: lost_reports(dir),
         };
         let segs = replay::list_segments(dir)?;
         let sb = match superblock::read(dir) {
@@ -93,6 +104,8 @@ impl Journal {
         r.pending_bytes = rp.pending_bytes;
         r.pending = rp.pending;
         r.torn_tail = rp.torn_tail;
+        r.damage = rp.damage;
+        r.lost = rp.lost;
         Ok(r)
     }
 
@@ -105,4 +118,17 @@ impl Journal {
         j.shutdown();
         Ok(())
     }
+}
+
+/// The `.txt` reports under `<dir>/lost/`, sorted.
+fn lost_reports(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("lost"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    v.sort();
+    v
 }

@@ -11,6 +11,7 @@
 //!   deleted, oldest first, once every DATA record in it is covered by a durable DONE/DROP.
 //! - `open` replays: it checks every record and hands back the writes that are still pending.
 
+mod damage;
 mod error;
 mod format;
 mod inspect;
@@ -24,6 +25,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use damage::Damage;
 pub use error::JournalError;
 pub use format::{FileRef, Record, MAX_PATH};
 pub use inspect::{JournalReport, JournalState};
@@ -716,14 +718,18 @@ pub(crate) fn pending_of(
         segs,
         ..Space::default()
     };
+    let at_risk = damage::judge(&mut rp.damage, &data, &marks);
     for (k, upto) in marks {
         space.mark(k, upto);
     }
-    rp.pending = data
+    let (lost, pending) = data
         .into_iter()
         .filter(|d| !space.covered(&(d.file.dev, d.file.ino), d.seq))
-        .collect();
+        .partition(|d| at_risk.contains(&(d.file.dev, d.file.ino)));
+    rp.pending = pending;
+    rp.lost = lost;
     rp.pending_bytes = rp.pending.iter().map(|p| p.len as u64).sum();
+    rp.lost_bytes = rp.lost.iter().map(|p| p.len as u64).sum();
     (space, rp)
 }
 

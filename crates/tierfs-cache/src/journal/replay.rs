@@ -1,12 +1,14 @@
 //! The scan at open: every segment in order, every record checked, and what it leaves pending.
 //!
 //! A segment ends at a SEAL (written when the next segment was started, and synced before it),
-//! or, for the last segment only, at the first slot that is not a valid record: zeros or end of
-//! file (a clean end) or a torn/garbled record (a crash mid-write; counted in `torn_tails`).
-//! Any segment but the last that does not end in a SEAL is damaged: acknowledged data may be
-//! missing, so the scan stops with an error instead of replaying around the hole.
+//! or, for the last segment only, at the first slot after which no valid record follows: zeros
+//! or end of file (a clean end) or a torn/garbled record (a crash mid-write; counted in
+//! `torn_tails`). A bad stretch with valid records after it, in any segment, or a segment
+//! missing between two others, is damage (damage.rs): the scan records it and goes on, so every
+//! valid record is replayed or reported, never silently dropped.
 
 use super::error::io_err;
+use super::damage::{self, Damage};
 use super::format::{self, Decoded, HeaderCheck, HDR};
 use super::space::{Key, SegInfo};
 use super::{io, FileRef, JournalError};
@@ -75,6 +77,19 @@ pub struct Replay {
     pub segments: u64,
     /// The last segment ended in a torn or garbled record: (file, offset of that record, why).
     pub torn_tail: Option<(PathBuf, u64, &'static str)>,
+    /// Bad stretches with valid records after them, and what each may have cost.
+    pub damage: Vec<Damage>,
+    /// Pending writes of files that damage may concern: not to be applied (a newer write of
+    /// the same file may be in the hole, and on the store already), but saved aside.
+    pub lost: Vec<PendingWrite>,
+    pub lost_bytes: u64,
+}
+
+impl Replay {
+    /// Damage that may have cost an acknowledged write.
+    pub fn harmful_damage(&self) -> impl Iterator<Item = &Damage> {
+        self.damage.iter().filter(|d| !d.harmless)
+    }
 }
 
 /// How a segment's scan ended.
@@ -113,12 +128,13 @@ pub(crate) fn scan(
         // Segments are deleted oldest first and created one after another: a hole means a
         // segment was lost, and with it data that later DONEs do not cover.
         if let Some(p) = prev {
-            if seg != p + 1 {
-                return Err(JournalError::Damaged {
-                    path: dir.join(seg_name(p + 1)),
-                    offset: 0,
-                    what: "segment missing between two others".into(),
-                });
+            for missing in p + 1..seg {
+                out.replay.damage.push(Damage::new(
+                    &dir.join(seg_name(missing)),
+                    0,
+                    "segment missing between two others",
+                    out.last_seq,
+                ));
             }
         }
         prev = Some(seg);
@@ -139,19 +155,17 @@ pub(crate) fn scan(
                 }
                 out.unsealed_last = Some((seg, off));
             }
-            End::Clean(off) => {
-                return Err(JournalError::Damaged {
-                    path: path.clone(),
-                    offset: off,
-                    what: "segment ends without a seal but is not the last".into(),
-                })
-            }
-            End::Torn(off, why) => {
-                return Err(JournalError::Damaged {
-                    path: path.clone(),
-                    offset: off,
-                    what: why.into(),
-                })
+            // A segment that is not the last ends at its SEAL: what is missing from there on
+            // (cut short, its end unreadable) may have held records.
+            End::Clean(off) | End::Torn(off, _) => {
+                let why = match end {
+                    End::Torn(_, why) => why,
+                    _ => "segment ends without a seal but is not the last",
+                };
+                let mut d = Damage::new(path, off, why, out.last_seq);
+                d.len = size.saturating_sub(off);
+                d.hint = damage::hint(file, path, off, None)?;
+                out.replay.damage.push(d);
             }
         }
     }
@@ -169,56 +183,50 @@ fn scan_segment(
     info: &mut SegInfo,
 ) -> Result<End, JournalError> {
     let seed = format::seg_seed(uuid, seg);
-    let mut hdr = [0u8; HDR];
     let mut payload = Vec::new();
     let mut off = 0u64;
     loop {
-        let n = io::read_at_most(file, &mut hdr, off).map_err(io_err("read", path))?;
-        if n < HDR {
-            return Ok(if hdr[..n].iter().all(|&b| b == 0) {
-                End::Clean(off)
-            } else {
-                End::Torn(off, "short header at end of file")
-            });
-        }
-        let h = match format::parse_header(&hdr) {
-            HeaderCheck::Zero => return Ok(End::Clean(off)),
-            HeaderCheck::Bad(why) => return Ok(End::Torn(off, why)),
-            HeaderCheck::Ok(h) => h,
+        let h = match read_record(file, path, off, size, seed, out.last_seq, &mut payload)? {
+            Ok(h) => h,
+            Err(bad) => {
+                let why = match bad {
+                    Bad::Clean => "zeros where a record should be",
+                    Bad::Torn(why) => why,
+                };
+                // Valid records after it: damage, not the end.
+                match damage::resync(file, path, off + 1, size, seed, out.last_seq)? {
+                    Some(next) => {
+                        let mut d = Damage::new(path, off, why, out.last_seq);
+                        d.len = next - off;
+                        d.hint = damage::hint(file, path, off, Some(next))?;
+                        out.replay.damage.push(d);
+                        off = next;
+                        continue;
+                    }
+                    None => {
+                        return Ok(match bad {
+                            Bad::Clean => End::Clean(off),
+                            Bad::Torn(why) => End::Torn(off, why),
+                        })
+                    }
+                }
+            }
         };
         let rec_len = HDR as u64 + h.len as u64;
-        if off + rec_len > size {
-            return Ok(End::Torn(off, "record runs past end of file"));
-        }
-        payload.resize(h.len as usize, 0);
-        let got =
-            io::read_at_most(file, &mut payload, off + HDR as u64).map_err(io_err("read", path))?;
-        if got != payload.len() {
-            return Ok(End::Torn(off, "record runs past end of file"));
-        }
-        if !format::crc_ok(seed, &hdr, &h, &payload) {
-            return Ok(End::Torn(off, "record checksum mismatch"));
-        }
-        // The seed already rules out records of other segments or generations; an out-of-order
-        // seq with a good CRC is not something a crash produces, but it is not replayed either.
-        if h.seq <= out.last_seq {
-            return Ok(End::Torn(off, "record seq not increasing"));
-        }
-        let dec = match format::decode(h.kind, &payload) {
-            Ok(d) => d,
-            Err(why) => return Ok(End::Torn(off, why)),
-        };
-        if let Decoded::Seal { at } = dec {
-            if at != off {
-                return Ok(End::Torn(off, "seal at the wrong offset"));
+        // The first valid record after a damage bounds the seqs it may have held.
+        for d in out.replay.damage.iter_mut().rev() {
+            if d.before_seq != u64::MAX {
+                break;
             }
-            out.last_seq = h.seq;
-            return Ok(End::Sealed);
+            d.before_seq = h.seq;
         }
-        if info.first_seq == 0 {
-            info.first_seq = h.seq;
-        }
+        out.last_seq = h.seq;
+        // Checked by `read_record`.
+        let Ok(dec) = format::decode(h.kind, &payload) else {
+            unreachable!("read_record decodes every record it accepts")
+        };
         match dec {
+            Decoded::Seal { .. } => return Ok(End::Sealed),
             Decoded::Data {
                 dev,
                 ino,
@@ -226,6 +234,9 @@ fn scan_segment(
                 path,
                 data,
             } => {
+                if info.first_seq == 0 {
+                    info.first_seq = h.seq;
+                }
                 info.files.insert((dev, ino), h.seq);
                 out.data.push(PendingWrite {
                     seq: h.seq,
@@ -240,14 +251,71 @@ fn scan_segment(
                 });
             }
             Decoded::Done { dev, ino, upto } | Decoded::Drop { dev, ino, upto } => {
+                if info.first_seq == 0 {
+                    info.first_seq = h.seq;
+                }
                 let e = out.marks.entry((dev, ino)).or_insert(0);
                 *e = (*e).max(upto);
             }
-            Decoded::Seal { .. } => {}
         }
-        out.last_seq = h.seq;
         out.replay.records += 1;
         out.replay.bytes += rec_len;
         off += rec_len;
+    }
+}
+
+/// Why there is no valid record at an offset.
+#[derive(Clone, Copy)]
+enum Bad {
+    /// Zeros or end of file: nothing was written there.
+    Clean,
+    Torn(&'static str),
+}
+
+/// Reads and checks the record at `off` (its payload into `payload`): header, length, CRC,
+/// a seq above `last_seq`, a payload this version decodes, a SEAL at its own offset.
+fn read_record(
+    file: &File,
+    path: &Path,
+    off: u64,
+    size: u64,
+    seed: u32,
+    last_seq: u64,
+    payload: &mut Vec<u8>,
+) -> Result<Result<format::Header, Bad>, JournalError> {
+    let mut hdr = [0u8; HDR];
+    let n = io::read_at_most(file, &mut hdr, off).map_err(io_err("read", path))?;
+    if n < HDR {
+        return Ok(Err(if hdr[..n].iter().all(|&b| b == 0) {
+            Bad::Clean
+        } else {
+            Bad::Torn("short header at end of file")
+        }));
+    }
+    let h = match format::parse_header(&hdr) {
+        HeaderCheck::Zero => return Ok(Err(Bad::Clean)),
+        HeaderCheck::Bad(why) => return Ok(Err(Bad::Torn(why))),
+        HeaderCheck::Ok(h) => h,
+    };
+    if off + HDR as u64 + h.len as u64 > size {
+        return Ok(Err(Bad::Torn("record runs past end of file")));
+    }
+    payload.resize(h.len as usize, 0);
+    let got = io::read_at_most(file, payload, off + HDR as u64).map_err(io_err("read", path))?;
+    if got != payload.len() {
+        return Ok(Err(Bad::Torn("record runs past end of file")));
+    }
+    if !format::crc_ok(seed, &hdr, &h, payload) {
+        return Ok(Err(Bad::Torn("record checksum mismatch")));
+    }
+    // The seed already rules out records of other segments or generations; an out-of-order
+    // seq with a good CRC is not something a crash produces, but it is not replayed either.
+    if h.seq <= last_seq {
+        return Ok(Err(Bad::Torn("record seq not increasing")));
+    }
+    match format::decode(h.kind, payload) {
+        Err(why) => Ok(Err(Bad::Torn(why))),
+        Ok(Decoded::Seal { at }) if at != off => Ok(Err(Bad::Torn("seal at the wrong offset"))),
+        Ok(_) => Ok(Ok(h)),
     }
 }

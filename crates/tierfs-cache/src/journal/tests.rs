@@ -4,6 +4,9 @@ use super::*;
 use std::collections::HashMap;
 use tempfile::TempDir;
 
+#[path = "tests_damage.rs"]
+mod damage;
+
 fn cfg() -> JournalConfig {
     JournalConfig {
         segment_size: 4 * MIB,
@@ -339,88 +342,6 @@ fn model(orig: &Path, last: u64, cut: u64) -> Written {
     }
     data.retain(|s, v| marks.get(&(v.0.dev, v.0.ino)).is_none_or(|&m| *s > m));
     data
-}
-
-/// Three segments of 512 KiB records, synced; returns the dir's segment numbers.
-fn three_segments(dir: &Path) -> Vec<u64> {
-    let (j, _) = open(dir, cfg());
-    for i in 0..20u64 {
-        j.append_data(&file(i % 2), i << 19, &bytes(i, 512 * 1024))
-            .unwrap();
-    }
-    j.sync_all().unwrap();
-    drop(j);
-    let s = segs(dir);
-    assert_eq!(s, vec![1, 2, 3]);
-    s
-}
-
-fn expect_damaged(dir: &Path, name: &str, at: Option<u64>) -> String {
-    match Journal::open(dir, "store-a", cfg(), false) {
-        Err(e @ JournalError::Damaged { .. }) => {
-            let JournalError::Damaged { path, offset, .. } = &e else {
-                unreachable!()
-            };
-            assert!(path.ends_with(name), "{e}");
-            if let Some(at) = at {
-                assert_eq!(*offset, at, "{e}");
-            }
-            e.to_string()
-        }
-        Err(e) => panic!("expected Damaged, got {e}"),
-        Ok(_) => panic!("damage in {name} not reported"),
-    }
-}
-
-#[test]
-fn damage_in_a_segment_that_is_not_the_last_is_an_error() {
-    let tmp = TempDir::new().unwrap();
-    // A flipped byte in the payload of the second record of segment 1.
-    let dir = tmp.path().join("flip");
-    three_segments(&dir);
-    let p = dir.join(seg_name(1));
-    let mut b = fs::read(&p).unwrap();
-    let second = HDR + 26 + b"dir/file-0".len() + 512 * 1024;
-    b[second + 1000] ^= 1;
-    fs::write(&p, &b).unwrap();
-    let msg = expect_damaged(&dir, &seg_name(1), Some(second as u64));
-    assert!(msg.contains("checksum"), "{msg}");
-    assert!(!msg.contains('\n'));
-
-    // A segment that is not the last, cut short (its SEAL gone).
-    let dir = tmp.path().join("cut");
-    three_segments(&dir);
-    let f = OpenOptions::new()
-        .write(true)
-        .open(dir.join(seg_name(2)))
-        .unwrap();
-    f.set_len(3 * MIB).unwrap();
-    drop(f);
-    expect_damaged(&dir, &seg_name(2), None);
-
-    // A segment missing between two others.
-    let dir = tmp.path().join("hole");
-    three_segments(&dir);
-    fs::remove_file(dir.join(seg_name(2))).unwrap();
-    expect_damaged(&dir, &seg_name(2), Some(0));
-
-    // A segment file under another number (its records' CRCs are seeded with the number).
-    let dir = tmp.path().join("renamed");
-    three_segments(&dir);
-    fs::rename(dir.join(seg_name(3)), dir.join(seg_name(4))).unwrap();
-    fs::copy(dir.join(seg_name(2)), dir.join(seg_name(3))).unwrap();
-    expect_damaged(&dir, &seg_name(3), Some(0));
-
-    // The same damage in the last segment is a torn tail, not an error.
-    let dir = tmp.path().join("last");
-    three_segments(&dir);
-    let p = dir.join(seg_name(3));
-    let mut b = fs::read(&p).unwrap();
-    b[HDR + 5000] ^= 1;
-    fs::write(&p, &b).unwrap();
-    let (_, rp) = open(&dir, cfg());
-    let (path, off, _) = rp.torn_tail.expect("torn tail");
-    assert!(path.ends_with(seg_name(3)) && off == 0);
 }
 
 #[test]

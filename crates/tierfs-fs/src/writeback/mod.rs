@@ -126,6 +126,8 @@ impl<S: Store> Writeback<S> {
             replayed_writes: g(&c.replayed_writes),
             replayed_bytes: g(&c.replayed_bytes),
             replay_lost_files: g(&c.replay_lost_files),
+            replay_damage: g(&c.replay_damage),
+            replay_lost_writes: g(&c.replay_lost_writes),
             replay_ms: g(&c.replay_ms),
             reserve: self.reserve.stats(),
             journal: Some(self.journal.stats()),

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_cache::journal::{Journal, JournalConfig, PendingWrite};
+use tierfs_cache::journal::{Journal, JournalConfig, PendingWrite, Replay};
 use tierfs_store::{Errno, Store};
 
 impl<S: Store> Writeback<S> {
@@ -28,13 +28,8 @@ impl<S: Store> Writeback<S> {
         let jcfg = journal_config(&cfg);
         let t = Instant::now();
         let (journal, replay) = open_journal(dir, sh.store.store_id(), jcfg, reset)?;
-        if let Some((file, off, why)) = &replay.torn_tail {
-            tracing::warn!(
-                "write-back journal: torn tail in {} at {off} ({why}): records after it were never acknowledged as durable",
-                file.display()
-            );
-        }
         let c = WbCounters::default();
+        settle_damage(&journal, &replay, dir, &c)?;
         if !replay.pending.is_empty() {
             eprintln!(
                 "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
@@ -84,6 +79,7 @@ pub(crate) fn replay_journal<S: Store>(
     reset: bool,
 ) -> std::result::Result<(), String> {
     let (journal, replay) = open_journal(dir, store.store_id(), journal_config(&cfg), reset)?;
+    settle_damage(&journal, &replay, dir, &WbCounters::default())?;
     if !replay.pending.is_empty() {
         eprintln!(
             "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
@@ -168,32 +164,13 @@ fn replay_pending<S: Store>(
                 })?;
             }
             Err(e) => {
-                let lost = dir.join("lost");
-                tierfs_cache::private::dir_all(&lost)
-                    .map_err(|e| format!("{}: {e}", lost.display()))?;
-                let f = lost.join(format!("{dev:x}-{ino}"));
+                let f = save_lost(journal, dir, &writes, &format!("{e} at replay"), &[])?;
                 tracing::error!(
-                        "write-back replay: {shown} ({e}): {} pending writes saved to {} at their offsets",
-                        writes.len(),
-                        f.display()
-                    );
-                let out = tierfs_cache::private::options()
-                    .create(true)
-                    .write(true)
-                    .truncate(false)
-                    .open(&f)
-                    .map_err(|e| format!("{}: {e}", f.display()))?;
-                for w in &writes {
-                    use std::os::unix::fs::FileExt;
-                    let data = journal
-                        .read_pending(w)
-                        .map_err(|e| format!("write-back journal: {e}"))?;
-                    out.write_all_at(&data, w.offset)
-                        .map_err(|e| format!("{}: {e}", f.display()))?;
-                    upto = upto.max(w.seq);
-                }
-                out.sync_all()
-                    .map_err(|e| format!("{}: {e}", f.display()))?;
+                    "write-back replay: {shown} ({e}): {} pending writes saved to {} at their offsets",
+                    writes.len(),
+                    f.display()
+                );
+                upto = writes.iter().map(|w| w.seq).max().unwrap_or(0);
                 c.replay_lost_files.fetch_add(1, Relaxed);
             }
         }
@@ -205,6 +182,208 @@ fn replay_pending<S: Store>(
         .sync_all()
         .map_err(|e| format!("write-back journal: {e}"))?;
     Ok(())
+}
+
+/// Says what journal damage cost, and sets aside the pending writes of the files it may
+/// concern (they are not replayed: a newer write of the same file may have been in the hole
+/// and on the store already, and replaying the older ones would roll the file back). Each such
+/// file is left as the store has it; its readable writes go to `<dir>/lost/`, with a `.txt`
+/// beside them naming the file and the ranges lost; then the journal lets go of them.
+fn settle_damage(
+    journal: &Journal,
+    replay: &Replay,
+    dir: &Path,
+    c: &WbCounters,
+) -> std::result::Result<(), String> {
+    if let Some((file, off, why)) = &replay.torn_tail {
+        tracing::warn!(
+            "write-back journal: torn tail in {} at {off} ({why}): records after it were never acknowledged as durable",
+            file.display()
+        );
+    }
+    let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
+    for p in &replay.lost {
+        by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for d in replay.harmful_damage() {
+        c.replay_damage.fetch_add(1, Relaxed);
+        let what = match (&d.file, d.range) {
+            (Some(f), Some((off, len))) => format!(
+                "a write of {} at offset {off}{} is lost",
+                String::from_utf8_lossy(&f.path),
+                len.map(|l| format!(", {l} bytes")).unwrap_or_default()
+            ),
+            (Some(f), None) => format!(
+                "a DONE/DROP record of {} is lost",
+                String::from_utf8_lossy(&f.path)
+            ),
+            (None, _) => "what it held is unknown; every file with an older pending write is left as the store has it".into(),
+        };
+        tracing::error!(
+            "write-back journal: damaged at byte {} of {} ({}, {} bytes): {what}",
+            d.offset,
+            d.path.display(),
+            d.why,
+            d.len
+        );
+        eprintln!(
+            "tierfs: write-back journal damaged at byte {} of {}: {what}",
+            d.offset,
+            d.path.display()
+        );
+        match &d.file {
+            Some(f) if !by_file.contains_key(&(f.dev, f.ino)) && named.insert((f.dev, f.ino)) => {
+                // Nothing readable pending for it: the report alone says what is gone.
+                let ranges = damaged_ranges(replay, f.dev, f.ino);
+                write_report(dir, f.dev, f.ino, &f.path, "journal damage", &[], &ranges)?;
+                c.replay_lost_files.fetch_add(1, Relaxed);
+                // Reported once: the next open finds the hole covered.
+                journal
+                    .drop_file(f.dev, f.ino, damaged_upto(replay, f.dev, f.ino))
+                    .map_err(|e| format!("write-back journal: {e}"))?;
+            }
+            None => {
+                let name = format!(
+                    "damage-{}-{}",
+                    d.path.file_name().unwrap_or_default().to_string_lossy(),
+                    d.offset
+                );
+                write_text(dir, &name, &format!(
+                    "journal damage at byte {} of {} ({}, {} bytes, seqs {}..{}): the records there are unreadable; every file with an older pending write was left as the store has it\n",
+                    d.offset, d.path.display(), d.why, d.len, d.after_seq + 1, d.before_seq
+                ))?;
+            }
+            _ => {}
+        }
+    }
+    for ((dev, ino), writes) in by_file {
+        let shown = String::from_utf8_lossy(&writes[writes.len() - 1].file.path).into_owned();
+        let ranges = damaged_ranges(replay, dev, ino);
+        let f = save_lost(journal, dir, &writes, "journal damage", &ranges)?;
+        tracing::error!(
+            "write-back replay: {shown}: left as the store has it (journal damage may hide a newer write of it); its {} pending writes ({} bytes) saved to {}",
+            writes.len(),
+            writes.iter().map(|w| w.len as u64).sum::<u64>(),
+            f.display()
+        );
+        c.replay_lost_writes.fetch_add(writes.len() as u64, Relaxed);
+        let upto = writes
+            .iter()
+            .map(|w| w.seq)
+            .max()
+            .unwrap_or(0)
+            .max(damaged_upto(replay, dev, ino));
+        journal
+            .drop_file(dev, ino, upto)
+            .map_err(|e| format!("write-back journal: {e}"))?;
+    }
+    if !replay.lost.is_empty() || replay.harmful_damage().next().is_some() {
+        journal
+            .sync_all()
+            .map_err(|e| format!("write-back journal: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The (offset, length) of the damaged writes known to be of (dev, ino).
+fn damaged_ranges(replay: &Replay, dev: u64, ino: u64) -> Vec<(u64, Option<u64>)> {
+    replay
+        .harmful_damage()
+        .filter(|d| d.file.as_ref().is_some_and(|f| (f.dev, f.ino) == (dev, ino)))
+        .filter_map(|d| d.range)
+        .collect()
+}
+
+/// The highest seq a damaged write of (dev, ino) may have had: a DROP up to it covers the hole
+/// for that file, so the next open does not report it again.
+fn damaged_upto(replay: &Replay, dev: u64, ino: u64) -> u64 {
+    replay
+        .harmful_damage()
+        .filter(|d| d.file.as_ref().is_some_and(|f| (f.dev, f.ino) == (dev, ino)))
+        .filter(|d| d.before_seq != u64::MAX)
+        .map(|d| d.before_seq - 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Saves `writes` (one file's) under `<dir>/lost/<dev>-<ino>` at their offsets, synced, with a
+/// `.txt` report beside it; returns the data file's path.
+fn save_lost(
+    journal: &Journal,
+    dir: &Path,
+    writes: &[&PendingWrite],
+    why: &str,
+    lost_ranges: &[(u64, Option<u64>)],
+) -> std::result::Result<std::path::PathBuf, String> {
+    let w0 = writes[writes.len() - 1];
+    let (dev, ino) = (w0.file.dev, w0.file.ino);
+    let lost = dir.join("lost");
+    tierfs_cache::private::dir_all(&lost).map_err(|e| format!("{}: {e}", lost.display()))?;
+    let f = lost.join(format!("{dev:x}-{ino}"));
+    let out = tierfs_cache::private::options()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(&f)
+        .map_err(|e| format!("{}: {e}", f.display()))?;
+    for w in writes {
+        use std::os::unix::fs::FileExt;
+        let data = journal
+            .read_pending(w)
+            .map_err(|e| format!("write-back journal: {e}"))?;
+        out.write_all_at(&data, w.offset)
+            .map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    out.sync_all()
+        .map_err(|e| format!("{}: {e}", f.display()))?;
+    write_report(dir, dev, ino, &w0.file.path, why, writes, lost_ranges)?;
+    Ok(f)
+}
+
+/// `<dir>/lost/<dev>-<ino>.txt`: which file, why, the writes saved beside it, the ranges lost.
+fn write_report(
+    dir: &Path,
+    dev: u64,
+    ino: u64,
+    path: &[u8],
+    why: &str,
+    saved: &[&PendingWrite],
+    lost_ranges: &[(u64, Option<u64>)],
+) -> std::result::Result<(), String> {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(t, "file: {}", String::from_utf8_lossy(path));
+    let _ = writeln!(t, "why: {why}; the file was left as the backing store has it");
+    for w in saved {
+        let _ = writeln!(t, "saved: offset {} length {} (in {dev:x}-{ino}, same offset)", w.offset, w.len);
+    }
+    for (off, len) in lost_ranges {
+        match len {
+            Some(l) => {
+                let _ = writeln!(t, "lost: offset {off} length {l} (journal record damaged)");
+            }
+            None => {
+                let _ = writeln!(t, "lost: offset {off}, length unknown (journal record damaged)");
+            }
+        }
+    }
+    write_text(dir, &format!("{dev:x}-{ino}.txt"), &t)
+}
+
+fn write_text(dir: &Path, name: &str, text: &str) -> std::result::Result<(), String> {
+    use std::io::Write;
+    let lost = dir.join("lost");
+    tierfs_cache::private::dir_all(&lost).map_err(|e| format!("{}: {e}", lost.display()))?;
+    let p = lost.join(name);
+    let mut f = tierfs_cache::private::options()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// The file with inode number `ino` in the directory of `path`, under whatever name it has

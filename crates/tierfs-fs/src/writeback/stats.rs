@@ -20,6 +20,10 @@ pub struct WbCounters {
     pub replayed_writes: AtomicU64,
     pub replayed_bytes: AtomicU64,
     pub replay_lost_files: AtomicU64,
+    /// Damaged stretches of the journal that may have cost an acknowledged write.
+    pub replay_damage: AtomicU64,
+    /// Pending writes not replayed because of damage (saved under journal/lost/).
+    pub replay_lost_writes: AtomicU64,
     pub replay_ms: AtomicU64,
     pub drained_bytes: AtomicU64,
 }
