@@ -222,7 +222,10 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                             len.map(|l| format!(", {l} bytes")).unwrap_or_default()
                         ),
                         (Some(f), None) => {
-                            format!("a DONE/DROP of {} is lost", String::from_utf8_lossy(&f.path))
+                            format!(
+                                "a DONE/DROP of {} is lost",
+                                String::from_utf8_lossy(&f.path)
+                            )
                         }
                         (None, _) => "what it held is unknown".into(),
                     };

@@ -128,7 +128,8 @@ fn valid_at(
         return Ok(false);
     }
     let mut payload = vec![0u8; h.len as usize];
-    let got = io::read_at_most(file, &mut payload, off + HDR as u64).map_err(io_err("read", path))?;
+    let got =
+        io::read_at_most(file, &mut payload, off + HDR as u64).map_err(io_err("read", path))?;
     Ok(got == payload.len() && format::crc_ok(seed, &hdr, &h, &payload))
 }
 
@@ -161,7 +162,8 @@ pub(crate) fn hint(
     match (h.kind, h.len as usize) {
         (KIND_DATA, len) if len >= DATA_FIXED => {
             let mut p = vec![0u8; len.min(DATA_FIXED + format::MAX_PATH)];
-            let n = io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
+            let n =
+                io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
             let p = &p[..n];
             let (Some(dev), Some(ino), Some(offset), Some(plen)) =
                 (get_u64(p, 0), get_u64(p, 8), get_u64(p, 16), get_u16(p, 24))
@@ -185,7 +187,8 @@ pub(crate) fn hint(
         }
         (format::KIND_DONE | format::KIND_DROP, format::MARK_LEN) => {
             let mut p = [0u8; 16];
-            let n = io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
+            let n =
+                io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
             match (n, get_u64(&p, 0), get_u64(&p, 8)) {
                 (16, Some(dev), Some(ino)) => Ok(Some(Hint::Mark((dev, ino)))),
                 _ => Ok(None),

@@ -2,8 +2,8 @@
 //! leaves pending. The journal is never rewritten or deleted here: its pending records are
 //! acknowledged writes that only the next mount can bring to the backing store.
 
-use super::error::io_err;
 use super::damage::Damage;
+use super::error::io_err;
 use super::replay::{self, PendingWrite};
 use super::{pending_of, superblock, Journal, JournalConfig, JournalError};
 use std::collections::BTreeMap;

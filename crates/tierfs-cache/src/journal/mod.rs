@@ -297,9 +297,11 @@ impl Journal {
     /// the writer. `reset` deletes whatever journal is there first (its pending writes are
     /// lost: for a journal the caller has given up on).
     ///
-    /// Records of the last segment after a torn or garbled one are ignored (a crash mid-write:
-    /// none of them was acknowledged as durable) and the segment is sealed there; new records
-    /// go to a new segment. Damage anywhere else is an error.
+    /// Records of the last segment after a torn or garbled one with nothing valid after it are
+    /// ignored (a crash mid-write: none of them was acknowledged as durable) and the segment is
+    /// sealed there; new records go to a new segment. A bad stretch with valid records after
+    /// it is damage: skipped, listed in `Replay::damage`, and the pending writes of the files it
+    /// may concern are in `Replay::lost` instead of `pending` (damage.rs).
     pub fn open(
         dir: &Path,
         store_id: &str,

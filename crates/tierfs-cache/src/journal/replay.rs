@@ -7,8 +7,8 @@
 //! missing between two others, is damage (damage.rs): the scan records it and goes on, so every
 //! valid record is replayed or reported, never silently dropped.
 
-use super::error::io_err;
 use super::damage::{self, Damage};
+use super::error::io_err;
 use super::format::{self, Decoded, HeaderCheck, HDR};
 use super::space::{Key, SegInfo};
 use super::{io, FileRef, JournalError};
@@ -61,6 +61,14 @@ pub struct PendingWrite {
     pub offset: u64,
     pub len: u32,
     pub(crate) loc: Loc,
+}
+
+impl PendingWrite {
+    /// Where its record lies: the segment file's name in the journal directory, and the byte
+    /// offset of the record's header in it (for tools and tests that inspect the journal).
+    pub fn record_place(&self) -> (String, u64) {
+        (seg_name(self.loc.seg), self.loc.off)
+    }
 }
 
 /// What `Journal::open` found.

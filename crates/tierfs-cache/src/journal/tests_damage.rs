@@ -154,7 +154,10 @@ fn a_flipped_data_byte_costs_one_file_and_every_later_record_is_replayed() {
     let (replayed, lost) = split(&rest, &[2]);
     check_replay(&j, &rp, &replayed);
     check_lost(&j, &rp, &lost);
-    assert!(replayed.keys().any(|&s| s > r.seq), "records after the damage");
+    assert!(
+        replayed.keys().any(|&s| s > r.seq),
+        "records after the damage"
+    );
 
     // The caller sets file 2 aside and drops it past the hole: the next open reports nothing.
     let upto = (*lost.keys().max().unwrap()).max(d.before_seq - 1);
@@ -162,7 +165,11 @@ fn a_flipped_data_byte_costs_one_file_and_every_later_record_is_replayed() {
     j.sync_all().unwrap();
     drop(j);
     let (j, rp) = open(&dir, cfg());
-    assert!(rp.lost.is_empty() && rp.harmful_damage().next().is_none(), "{:?}", rp.damage);
+    assert!(
+        rp.lost.is_empty() && rp.harmful_damage().next().is_none(),
+        "{:?}",
+        rp.damage
+    );
     check_replay(&j, &rp, &replayed);
 }
 
@@ -205,8 +212,14 @@ fn damage_whose_owner_is_unknown_sets_aside_every_file_with_older_writes() {
     poke(&dir, r.seg, next.off - 2048, &[0u8; 4096]);
     let (_, rp) = open(&dir, cfg());
     assert!(!rp.damage.is_empty(), "zeros inside a segment are damage");
-    assert!(rp.pending.iter().all(|p| p.seq != r.seq && p.seq != next.seq));
-    assert!(rp.pending.iter().any(|p| p.seq > next.seq), "later records replayed");
+    assert!(rp
+        .pending
+        .iter()
+        .all(|p| p.seq != r.seq && p.seq != next.seq));
+    assert!(
+        rp.pending.iter().any(|p| p.seq > next.seq),
+        "later records replayed"
+    );
     assert!(rp.torn_tail.is_none());
 }
 
@@ -252,7 +265,9 @@ fn a_segment_cut_short_missing_or_misnamed_is_damage_not_a_refusal() {
                 f.set_len(MIB).unwrap();
             }
             "missing" => fs::remove_file(dir.join(seg_name(2))).unwrap(),
-            _ => fs::copy(dir.join(seg_name(1)), dir.join(seg_name(2))).map(|_| ()).unwrap(),
+            _ => fs::copy(dir.join(seg_name(1)), dir.join(seg_name(2)))
+                .map(|_| ())
+                .unwrap(),
         }
         let (j, rp) = open(&dir, cfg());
         assert!(!rp.damage.is_empty(), "{case}");

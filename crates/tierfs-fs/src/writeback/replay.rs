@@ -249,6 +249,10 @@ fn settle_damage(
                     d.path.file_name().unwrap_or_default().to_string_lossy(),
                     d.offset
                 );
+                if dir.join("lost").join(&name).exists() {
+                    // Reported by an earlier mount: the hole stays until its segment is freed.
+                    continue;
+                }
                 write_text(dir, &name, &format!(
                     "journal damage at byte {} of {} ({}, {} bytes, seqs {}..{}): the records there are unreadable; every file with an older pending write was left as the store has it\n",
                     d.offset, d.path.display(), d.why, d.len, d.after_seq + 1, d.before_seq
@@ -290,7 +294,11 @@ fn settle_damage(
 fn damaged_ranges(replay: &Replay, dev: u64, ino: u64) -> Vec<(u64, Option<u64>)> {
     replay
         .harmful_damage()
-        .filter(|d| d.file.as_ref().is_some_and(|f| (f.dev, f.ino) == (dev, ino)))
+        .filter(|d| {
+            d.file
+                .as_ref()
+                .is_some_and(|f| (f.dev, f.ino) == (dev, ino))
+        })
         .filter_map(|d| d.range)
         .collect()
 }
@@ -300,7 +308,11 @@ fn damaged_ranges(replay: &Replay, dev: u64, ino: u64) -> Vec<(u64, Option<u64>)
 fn damaged_upto(replay: &Replay, dev: u64, ino: u64) -> u64 {
     replay
         .harmful_damage()
-        .filter(|d| d.file.as_ref().is_some_and(|f| (f.dev, f.ino) == (dev, ino)))
+        .filter(|d| {
+            d.file
+                .as_ref()
+                .is_some_and(|f| (f.dev, f.ino) == (dev, ino))
+        })
         .filter(|d| d.before_seq != u64::MAX)
         .map(|d| d.before_seq - 1)
         .max()
@@ -354,9 +366,16 @@ fn write_report(
     use std::fmt::Write;
     let mut t = String::new();
     let _ = writeln!(t, "file: {}", String::from_utf8_lossy(path));
-    let _ = writeln!(t, "why: {why}; the file was left as the backing store has it");
+    let _ = writeln!(
+        t,
+        "why: {why}; the file was left as the backing store has it"
+    );
     for w in saved {
-        let _ = writeln!(t, "saved: offset {} length {} (in {dev:x}-{ino}, same offset)", w.offset, w.len);
+        let _ = writeln!(
+            t,
+            "saved: offset {} length {} (in {dev:x}-{ino}, same offset)",
+            w.offset, w.len
+        );
     }
     for (off, len) in lost_ranges {
         match len {
@@ -364,7 +383,10 @@ fn write_report(
                 let _ = writeln!(t, "lost: offset {off} length {l} (journal record damaged)");
             }
             None => {
-                let _ = writeln!(t, "lost: offset {off}, length unknown (journal record damaged)");
+                let _ = writeln!(
+                    t,
+                    "lost: offset {off}, length unknown (journal record damaged)"
+                );
             }
         }
     }
