@@ -129,6 +129,15 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
             n(v, "writeback.oldest_dirty_ms") as f64 / 1000.0,
             HumanBytes(n(v, "writeback.written_bytes")),
         );
+        let lost = n(v, "writeback.replay_lost_files");
+        if lost > 0 || n(v, "writeback.replay_damage") > 0 {
+            s += &format!(
+                "  LOST      at mount: {} damaged journal stretch(es), {} file(s) left as the store                  had them, {} pending writes saved under <cache dir>/journal/lost/ (see the log)\n",
+                n(v, "writeback.replay_damage"),
+                lost,
+                n(v, "writeback.replay_lost_writes"),
+            );
+        }
     } else {
         s += &format!(
             "  writes    {} in {} requests (write-through)\n",

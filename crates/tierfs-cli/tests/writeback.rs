@@ -1402,7 +1402,10 @@ fn journal_damage_never_rolls_a_file_back_and_names_every_loss() {
                     .unwrap();
                 let text = String::from_utf8_lossy(&out.stdout);
                 assert_eq!(out.status.code(), Some(1), "{what}: fsck: {text}");
-                assert!(text.contains("journal: damaged at byte"), "{what}: fsck: {text}");
+                assert!(
+                    text.contains("journal: damaged at byte"),
+                    "{what}: fsck: {text}"
+                );
             }
 
             mount(&m, &opts);
