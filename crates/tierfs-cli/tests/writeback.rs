@@ -1412,8 +1412,14 @@ fn journal_damage_never_rolls_a_file_back_and_names_every_loss() {
             let seen: Vec<Option<Vec<u8>>> = (0..CRASH_FILES)
                 .map(|i| read_opt(&m.mnt.join(sub).join(crash_name(i))))
                 .collect();
+            let counted = n(&stats_of(&m.mnt), "writeback.replay_lost_files");
             m.unmount_and_wait();
             let lost = lost_names(&jdir);
+            assert_eq!(
+                counted,
+                lost.len() as u64,
+                "{what}: tierfs stats counts the files set aside"
+            );
             if !lost.is_empty() {
                 harmful += 1;
             }

@@ -272,6 +272,7 @@ fn settle_damage(
             f.display()
         );
         c.replay_lost_writes.fetch_add(writes.len() as u64, Relaxed);
+        c.replay_lost_files.fetch_add(1, Relaxed);
         let upto = writes
             .iter()
             .map(|w| w.seq)
