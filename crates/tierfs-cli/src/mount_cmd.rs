@@ -122,8 +122,20 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
     }
     // flock may succeed on a read-only filesystem: prove we can write.
     let probe = dir.join(".write-probe");
-    tierfs_cache::private::write(&probe, b"x")
-        .with_context(|| format!("cache dir {} is not writable", dir.display()))?;
+    match tierfs_cache::private::write(&probe, b"x") {
+        Ok(()) => {}
+        // Writable but full: a mount must still come up (replay its journal, serve what is
+        // cached); the SSD tier gives back room and the journal waits for it.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+            tracing::warn!(
+                "cache dir {}: the device is full ({e}); the SSD tier will give back room, and write-back writes fail with ENOSPC until there is some",
+                dir.display()
+            );
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cache dir {} is not writable", dir.display()))
+        }
+    }
     let _ = std::fs::remove_file(probe);
     Ok(lock)
 }

@@ -1461,3 +1461,165 @@ fn journal_damage_never_rolls_a_file_back_and_names_every_loss() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 13 item 10: a full cache device
+// ---------------------------------------------------------------------------------------------
+
+/// Fills the filesystem holding `dir` with one file (until ENOSPC); returns its path.
+fn fill_device(dir: &Path) -> PathBuf {
+    let p = dir.join("filler");
+    let mut f = File::create(&p).unwrap();
+    let big = vec![7u8; MIB];
+    while f.write_all(&big).is_ok() {}
+    let small = vec![7u8; 4096];
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+    p
+}
+
+/// Writes `data` to `path` through the mount in 1 MiB writes; the first error, if any.
+fn write_file(path: &Path, data: &[u8]) -> Result<(), io::Error> {
+    let mut f = File::create(path)?;
+    for c in data.chunks(MIB) {
+        f.write_all(c)?;
+    }
+    Ok(())
+}
+
+/// A write-back mount whose cache device fills up (a tmpfs of 200 MB): the SSD tier gives its
+/// room to the journal, a write the journal still cannot take fails with ENOSPC (never EIO),
+/// writes go on without a remount once there is room, and a full cache device mounts again
+/// (with and without --reset-cache) and checks clean, with no partial segment file left.
+#[test]
+fn a_full_cache_device_gives_enospc_and_recovers_without_hand_work() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (mounts a tmpfs)");
+        return;
+    }
+    let small = TmpfsMount::new(Path::new(TMP), "200m");
+    let mut m = BinMount::unmounted_in(Path::new(TMP));
+    m.cache = small.path.join("cache");
+    let dev = small.path.clone();
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(300), vec![mnt], move || {
+        let opts = ["writeback.mode=back"];
+        let pool = seeded_bytes(0xf011, 48 * MIB);
+        // Something in the SSD tier for it to give back (written before the mount: a file
+        // that changed a moment ago is not cached).
+        std::fs::write(m.backing.join("cached"), &pool).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        m.mount(&opts);
+        let out = std::process::Command::new(tierfs_bin())
+            .arg("warm")
+            .arg(m.mnt.join("cached"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "warm: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(n(&stats_of(&m.mnt), "ssd.admitted_bytes") >= 40 * MIB as u64);
+        let filler = fill_device(&dev);
+
+        let mut written = Vec::new();
+        let mut enospc = 0;
+        for i in 0..6 {
+            let name = format!("w{i}");
+            let data = &pool[i * MIB..i * MIB + 40 * MIB - 8 * MIB];
+            match write_file(&m.mnt.join(&name), data) {
+                Ok(()) => written.push((name, data.to_vec())),
+                Err(e) => {
+                    assert_eq!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSPC),
+                        "{name}: a write the journal cannot take must fail with ENOSPC: {e}"
+                    );
+                    enospc += 1;
+                }
+            }
+        }
+        let st = stats_of(&m.mnt);
+        assert!(
+            n(&st, "ssd.reclaimed_segments") > 0,
+            "the SSD tier gave nothing back to the journal"
+        );
+        assert_eq!(n(&st, "writeback.journal_no_space"), enospc);
+        println!(
+            "full cache device: {} files of 32 MiB written, {enospc} refused with ENOSPC, \
+             {} journal segment creations failed",
+            written.len(),
+            n(&st, "writeback.journal.create_failures")
+        );
+
+        // Room again: writes are taken again, no remount.
+        std::fs::remove_file(&filler).unwrap();
+        let after = &pool[5 * MIB..5 * MIB + 24 * MIB];
+        let t = Instant::now();
+        loop {
+            match write_file(&m.mnt.join("after"), after) {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && t.elapsed().as_secs() < 20 => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(e) => panic!("after room came back: {e}"),
+            }
+        }
+        written.push(("after".into(), after.to_vec()));
+        m.unmount_and_wait();
+        for (name, data) in &written {
+            assert!(
+                std::fs::read(m.backing.join(name)).unwrap() == *data,
+                "{name} on the store"
+            );
+        }
+
+        // A full cache device mounts again, serves, and checks clean; --reset-cache too.
+        let filler = fill_device(&dev);
+        m.mount(&opts);
+        assert!(std::fs::read(m.mnt.join("after")).unwrap() == after);
+        m.unmount_and_wait();
+        let out = std::process::Command::new("timeout")
+            .arg("30")
+            .arg(tierfs_bin())
+            .arg("mount")
+            .arg(&m.backing)
+            .arg(&m.mnt)
+            .arg("--cache-dir")
+            .arg(&m.cache)
+            .args(["--reset-cache", "-o", "writeback.mode=back"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "--reset-cache on a full cache device: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (name, data) = &written[0];
+        assert!(std::fs::read(m.mnt.join(name)).unwrap() == *data);
+        m.unmount_and_wait();
+        let out = std::process::Command::new(tierfs_bin())
+            .arg("fsck")
+            .arg(&m.cache)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fsck of a full cache dir: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let jdir = m.cache.join("journal");
+        let sizes: Vec<u64> = std::fs::read_dir(&jdir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("jseg-"))
+            .map(|e| e.metadata().unwrap().len())
+            .collect();
+        assert!(
+            sizes.windows(2).all(|w| w[0] == w[1]),
+            "a partial journal segment left behind: {sizes:?}"
+        );
+        std::fs::remove_file(filler).unwrap();
+    });
+}

@@ -250,6 +250,9 @@ pub struct WbStats {
     pub hard_waits: u64,
     pub journal_full_waits: u64,
     pub enospc: u64,
+    /// Of `enospc`: the cache device had no room for the journal (not the store).
+    #[serde(default)]
+    pub journal_no_space: u64,
     pub replayed_writes: u64,
     pub replayed_bytes: u64,
     pub replay_lost_files: u64,

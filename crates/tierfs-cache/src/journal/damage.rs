@@ -206,7 +206,7 @@ fn size_of(file: &File, path: &Path) -> Result<u64, JournalError> {
 }
 
 /// Whether everything from `from` to the end of the file is zero.
-fn zeros_from(file: &File, path: &Path, from: u64) -> Result<bool, JournalError> {
+pub(crate) fn zeros_from(file: &File, path: &Path, from: u64) -> Result<bool, JournalError> {
     let mut buf = vec![0u8; WINDOW];
     let mut at = from;
     loop {

@@ -33,6 +33,10 @@ pub enum JournalError {
     },
     /// Appending would exceed the capacity: the caller waits for flushers (`wait_for_space`).
     Full { used: u64, cap: u64 },
+    /// The cache device has no room for the journal's next segment (`why`: the error of the
+    /// last attempt). Nothing is lost or stopped: appends that fit the current segment go on,
+    /// and the writer tries again when an append needs the next one.
+    NoSpace { dir: PathBuf, why: String },
     /// A record does not fit in one segment.
     TooLarge { len: u64, max: u64 },
     /// A setting or an argument is out of range.
@@ -76,6 +80,11 @@ impl fmt::Display for JournalError {
             JournalError::Full { used, cap } => {
                 write!(f, "journal full: {used} of {cap} bytes in use")
             }
+            JournalError::NoSpace { dir, why } => write!(
+                f,
+                "no room on the cache device for the next journal segment in {}: {why}",
+                dir.display()
+            ),
             JournalError::TooLarge { len, max } => {
                 write!(f, "journal record of {len} bytes exceeds the {max}-byte limit")
             }

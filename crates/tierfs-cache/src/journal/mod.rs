@@ -166,6 +166,21 @@ pub(crate) struct State {
     /// The highest seq a `sync` caller waits for.
     sync_want: u64,
     space_waiters: usize,
+    /// The next segment file, created ahead of time (preallocated, its entry durable) by the
+    /// writer: a roll goes only there, so a full cache device is found before any record is
+    /// placed in a segment that cannot be made (`NoSpace` at append, never a failed journal).
+    ready: Option<u64>,
+    /// An append waits for `ready`: the writer tries to create it now.
+    want_ready: bool,
+    /// Failed attempts to create the next segment since open (each answers the appends that
+    /// waited for it).
+    create_failures: u64,
+    /// Why the last attempt failed, while it has not succeeded since.
+    no_space: Option<String>,
+    /// The log said writes are refused for lack of room (and will say when it is back).
+    no_space_said: bool,
+    /// When the writer tries again by itself after a failed attempt.
+    retry_at: Option<Instant>,
     failed: Option<String>,
     shutdown: bool,
     writer_done: bool,
@@ -210,8 +225,22 @@ impl State {
         self.runs.last_mut().expect("a run was just ensured")
     }
 
-    /// Closes the tail segment with a SEAL (if it was started) and starts the next one.
-    fn roll(&mut self, cfg: &JournalConfig, uuid: &[u8; 16]) {
+    /// The segment the next roll starts.
+    fn next_seg(&self) -> u64 {
+        if self.tail.open {
+            self.tail.seg + 1
+        } else {
+            self.tail.seg
+        }
+    }
+
+    /// Closes the tail segment with a SEAL (if it was started) and starts the next one, if
+    /// its file is ready; false (nothing changed) if it is not.
+    fn roll(&mut self, cfg: &JournalConfig, uuid: &[u8; 16]) -> bool {
+        if self.ready != Some(self.next_seg()) {
+            return false;
+        }
+        self.ready = None;
         if self.tail.open {
             let (seg, off, seed, seq) =
                 (self.tail.seg, self.tail.off, self.tail.seed, self.next_seq);
@@ -231,6 +260,7 @@ impl State {
             open: true,
             seed: format::seg_seed(uuid, seg),
         };
+        true
     }
 }
 
@@ -249,7 +279,17 @@ pub(crate) struct Shared {
     space_cv: Condvar,
     /// Open segment files, for the writer and `read_pending`.
     files: Mutex<BTreeMap<u64, Arc<File>>>,
+    /// Asked for room on the cache device when the next segment cannot be created (the SSD
+    /// tier gives back space): bytes wanted -> bytes freed.
+    space_hook: Mutex<Option<SpaceHook>>,
 }
+
+/// See [`Journal::set_space_hook`].
+pub type SpaceHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
+
+/// How long an append waits for the writer to create the next segment file before it gives
+/// up with `NoSpace` (normally the file exists long before it is needed).
+const NEXT_SEGMENT_WAIT: Duration = Duration::from_secs(5);
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -351,6 +391,16 @@ impl Journal {
             opened.insert(seg, (path, f));
         }
         let sc = replay::scan(dir, &sb.uuid, &opened)?;
+        let mut seg_list = seg_list;
+        if let Some(seg) = sc.spare {
+            // Created ahead of time and never used: remove it (the writer makes a new one).
+            let (path, _) = opened
+                .remove(&seg)
+                .expect("the spare is one of the opened files");
+            fs::remove_file(&path).map_err(io_err("delete", &path))?;
+            io::sync_dir(dir).map_err(io_err("fsync", dir))?;
+            seg_list.retain(|&s| s != seg);
+        }
         let mut next_seq = sc.last_seq + 1;
         if let Some((seg, off)) = sc.unsealed_last {
             // Seal the last segment where its valid records end, so that once newer segments
@@ -396,6 +446,12 @@ impl Journal {
             writer_seg: last_seg,
             sync_want: 0,
             space_waiters: 0,
+            ready: None,
+            want_ready: false,
+            create_failures: 0,
+            no_space: None,
+            no_space_said: false,
+            retry_at: None,
             failed: None,
             shutdown: false,
             writer_done: false,
@@ -415,6 +471,7 @@ impl Journal {
             drained_cv: Condvar::new(),
             space_cv: Condvar::new(),
             files: Mutex::new(files),
+            space_hook: Mutex::new(None),
         });
         sh.free_covered()?;
         let w = Arc::clone(&sh);
@@ -474,7 +531,9 @@ impl Journal {
                 Some(((dev, ino), upto_seq))
             }
         };
-        if !st.fits_in_tail(len, cfg) {
+        let mut tries = None;
+        let deadline = Instant::now() + NEXT_SEGMENT_WAIT;
+        while !st.fits_in_tail(len, cfg) {
             // DONE and DROP may use one segment beyond the cap: they are what frees space, and a
             // journal too full to record them would never empty.
             let cap = match mark {
@@ -488,7 +547,32 @@ impl Journal {
                     cap: cfg.max_size,
                 });
             }
-            st.roll(cfg, &self.sh.uuid);
+            if st.roll(cfg, &self.sh.uuid) {
+                break;
+            }
+            // The next segment file is not there: the writer makes it (and asks for room if
+            // the device is full). One failed attempt after we asked is the answer.
+            let t = *tries.get_or_insert(st.create_failures);
+            if st.create_failures > t {
+                st.c.no_space_errors += 1;
+                return Err(JournalError::NoSpace {
+                    dir: self.sh.dir.clone(),
+                    why: st.no_space.clone().unwrap_or_default(),
+                });
+            }
+            st.want_ready = true;
+            self.sh.writer_cv.notify_one();
+            if self.sh.space_cv.wait_until(&mut st, deadline).timed_out()
+                && st.ready != Some(st.next_seg())
+                && !st.fits_in_tail(len, cfg)
+            {
+                st.c.no_space_errors += 1;
+                return Err(JournalError::NoSpace {
+                    dir: self.sh.dir.clone(),
+                    why: "the next segment file was not created in time".into(),
+                });
+            }
+            st.usable()?;
         }
         let seq = place(&mut st, &p, len);
         match (rec, mark) {
@@ -602,6 +686,13 @@ impl Journal {
         ok
     }
 
+    /// Sets what the journal calls when the cache device has no room for its next segment:
+    /// `hook(bytes)` should free up to that many bytes of the device (the SSD tier drops its
+    /// oldest segments) and return how many it freed. Called from the journal's writer thread.
+    pub fn set_space_hook(&self, hook: SpaceHook) {
+        *self.sh.space_hook.lock() = Some(hook);
+    }
+
     /// Bytes of segment files (whole preallocated segments).
     pub fn used_bytes(&self) -> u64 {
         self.sh.lock().space.used
@@ -632,6 +723,9 @@ impl Journal {
             group_commit_max_writes: c.group_commit_max_writes,
             segments_freed: c.segments_freed,
             full_errors: c.full_errors,
+            no_space_errors: c.no_space_errors,
+            create_failures: st.create_failures,
+            no_space: st.no_space.is_some() as u64,
             torn_tails: c.torn_tails,
             replayed_records: c.replayed_records,
             replayed_bytes: c.replayed_bytes,

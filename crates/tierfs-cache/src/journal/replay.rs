@@ -115,6 +115,9 @@ pub(crate) struct Scanned {
     pub last_seq: u64,
     /// The last segment, if it has no SEAL: where one goes.
     pub unsealed_last: Option<(u64, u64)>,
+    /// The highest-numbered file holds nothing but zeros: the next segment the writer created
+    /// ahead of time and never used. Not a segment; `open` deletes it.
+    pub spare: Option<u64>,
     pub replay: Replay,
 }
 
@@ -129,10 +132,18 @@ pub(crate) fn scan(
         data: Vec::new(),
         last_seq: 0,
         unsealed_last: None,
+        spare: None,
         replay: Replay::default(),
     };
     let mut prev: Option<u64> = None;
-    for (i, (&seg, (path, file))) in files.iter().enumerate() {
+    let mut n = files.len();
+    if let Some((&seg, (path, file))) = files.iter().next_back() {
+        if damage::zeros_from(file, path, 0)? {
+            out.spare = Some(seg);
+            n -= 1;
+        }
+    }
+    for (i, (&seg, (path, file))) in files.iter().take(n).enumerate() {
         // Segments are deleted oldest first and created one after another: a hole means a
         // segment was lost, and with it data that later DONEs do not cover.
         if let Some(p) = prev {
@@ -146,7 +157,7 @@ pub(crate) fn scan(
             }
         }
         prev = Some(seg);
-        let last = i + 1 == files.len();
+        let last = i + 1 == n;
         let size = file.metadata().map_err(io_err("stat", path))?.len();
         let mut info = SegInfo {
             size,
@@ -177,7 +188,7 @@ pub(crate) fn scan(
             }
         }
     }
-    out.replay.segments = files.len() as u64;
+    out.replay.segments = n as u64;
     Ok(out)
 }
 

@@ -23,6 +23,16 @@ pub struct JournalStats {
     pub segments_freed: u64,
     /// Appends refused with `Full`.
     pub full_errors: u64,
+    /// Appends refused with `NoSpace`: the cache device had no room for the next segment.
+    #[serde(default)]
+    pub no_space_errors: u64,
+    /// Failed attempts to create a segment file (ENOSPC, EDQUOT, ...).
+    #[serde(default)]
+    pub create_failures: u64,
+    /// 1 while the last attempt to create the next segment failed (the journal takes no data
+    /// beyond its current segment until space returns).
+    #[serde(default)]
+    pub no_space: u64,
     /// At open: 1 if the last segment ended in a torn or garbled record (a crash mid-write).
     pub torn_tails: u64,
     /// At open: DATA records not covered by DONE/DROP, handed to the caller, and their bytes.
@@ -48,6 +58,7 @@ pub(crate) struct Counters {
     pub group_commit_max_writes: u64,
     pub segments_freed: u64,
     pub full_errors: u64,
+    pub no_space_errors: u64,
     pub torn_tails: u64,
     pub replayed_records: u64,
     pub replayed_bytes: u64,

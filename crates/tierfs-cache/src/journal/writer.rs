@@ -78,13 +78,27 @@ pub(crate) fn run(sh: Arc<Shared>) {
     w.sh.space_cv.notify_all();
 }
 
+/// Whether the writer should create the next segment's file now: none is ready, and either
+/// nothing failed since the last one was taken (ahead of time), or an append waits for it.
+fn ready_needed(st: &super::State) -> bool {
+    st.ready.is_none()
+        && !st.shutdown
+        && (st.want_ready
+            || st.no_space.is_none()
+            || st.retry_at.is_some_and(|t| Instant::now() >= t))
+}
+
+/// After a failed attempt, the writer tries again by itself this often (an append that needs
+/// the segment does not wait for it): the journal notices room coming back.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Writer {
     fn main(&mut self) -> Result<(), JournalError> {
         loop {
             let runs = {
                 let mut st = self.sh.lock();
                 loop {
-                    if !st.runs.is_empty() || self.must_sync(&st) {
+                    if !st.runs.is_empty() || self.must_sync(&st) || ready_needed(&st) {
                         break;
                     }
                     if st.shutdown {
@@ -120,6 +134,9 @@ impl Writer {
             if need {
                 self.sync_cur()?;
             }
+            if ready_needed(&self.sh.lock()) {
+                self.make_ready();
+            }
             // Segments become freeable when DONEs become durable, and when the writer moves
             // past a segment whose data was already covered.
             let applied = self.publish();
@@ -146,7 +163,13 @@ impl Writer {
             if self.unsynced {
                 self.sync_cur()?;
             }
-            let f = self.create(run.seg)?;
+            // Created ahead of time (`make_ready`): appenders roll only into a ready file.
+            let f = self.sh.files.lock().get(&run.seg).cloned().ok_or_else(|| {
+                JournalError::Failed(format!(
+                    "records placed in segment {}, whose file was never created",
+                    run.seg
+                ))
+            })?;
             self.cur = Some((run.seg, f));
             self.recycle_from = run.off;
             self.recycle_prev = (run.off, 0);
@@ -181,22 +204,89 @@ impl Writer {
         Ok(())
     }
 
+    /// Creates the next segment's file ahead of the roll that needs it. If the cache device
+    /// has no room, asks the space hook (the SSD tier) to give some back and tries once more;
+    /// if it still fails, the partial file is removed, the failure recorded (the appends that
+    /// waited get `NoSpace`, i.e. ENOSPC at write(2)), and the journal goes on in its current
+    /// segment: the next append that needs a new one makes the writer try again.
+    fn make_ready(&mut self) {
+        let (seg, wanted) = {
+            let mut st = self.sh.lock();
+            (st.next_seg(), std::mem::take(&mut st.want_ready))
+        };
+        let mut res = self.create(seg);
+        if res.is_err() {
+            let hook = self.sh.space_hook.lock().clone();
+            if let Some(hook) = hook {
+                let freed = hook(2 * self.sh.cfg.segment_size);
+                if freed > 0 {
+                    tracing::info!(
+                        "write-back journal: the SSD tier gave back {freed} bytes for the next segment"
+                    );
+                    res = self.create(seg);
+                }
+            }
+        }
+        let mut st = self.sh.lock();
+        match res {
+            Ok(()) => {
+                st.ready = Some(seg);
+                st.no_space = None;
+                st.retry_at = None;
+                if std::mem::take(&mut st.no_space_said) {
+                    tracing::warn!(
+                        "write-back journal: room on the cache device again; writes are taken again"
+                    );
+                }
+            }
+            Err(e) => {
+                st.create_failures += 1;
+                // Said once, and only when a write was refused for it: the attempt made ahead
+                // of time fails quietly (segments being freed may make room by the next roll).
+                if wanted && !st.no_space_said {
+                    st.no_space_said = true;
+                    tracing::error!(
+                        "write-back journal: {e}: writes that need a new segment fail with ENOSPC until the cache device has room (the journal is intact; it retries at each such write)"
+                    );
+                }
+                st.no_space = Some(e.to_string());
+                st.retry_at = Some(Instant::now() + RETRY_EVERY);
+            }
+        }
+        drop(st);
+        self.sh.space_cv.notify_all();
+    }
+
     /// Creates segment `seg`: preallocated, and its directory entry durable before any record
-    /// in it can be reported durable (fdatasync of the file does not cover the entry).
-    fn create(&self, seg: u64) -> Result<Arc<File>, JournalError> {
+    /// in it can be reported durable (fdatasync of the file does not cover the entry). On
+    /// failure nothing is left behind: a partial preallocation would hold the space it took.
+    fn create(&self, seg: u64) -> Result<(), JournalError> {
         let path = self.sh.seg_path(seg);
-        let f = crate::private::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_err("create", &path))?;
-        io::preallocate(&f, self.sh.cfg.segment_size).map_err(io_err("fallocate", &path))?;
-        f.sync_all().map_err(io_err("fsync", &path))?;
-        io::sync_dir(&self.sh.dir).map_err(io_err("fsync", &self.sh.dir))?;
-        let f = Arc::new(f);
-        self.sh.files.lock().insert(seg, Arc::clone(&f));
-        Ok(f)
+        // A file under the next number can only be left by an attempt that failed halfway.
+        let _ = std::fs::remove_file(&path);
+        let made = (|| {
+            let f = crate::private::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(io_err("create", &path))?;
+            io::preallocate(&f, self.sh.cfg.segment_size).map_err(io_err("fallocate", &path))?;
+            f.sync_all().map_err(io_err("fsync", &path))?;
+            io::sync_dir(&self.sh.dir).map_err(io_err("fsync", &self.sh.dir))?;
+            Ok::<File, JournalError>(f)
+        })();
+        match made {
+            Ok(f) => {
+                self.sh.files.lock().insert(seg, Arc::new(f));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                let _ = io::sync_dir(&self.sh.dir);
+                Err(e)
+            }
+        }
     }
 
     fn sync_cur(&mut self) -> Result<(), JournalError> {

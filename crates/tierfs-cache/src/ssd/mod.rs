@@ -487,6 +487,18 @@ impl SsdCache {
         }
     }
 
+    /// Gives back up to `bytes` of the cache device by dropping the oldest segments (for the
+    /// write-back journal, whose acknowledged data must find room). Returns the bytes freed; 0
+    /// if the writer does not answer within 10 s.
+    pub fn yield_space(&self, bytes: u64) -> u64 {
+        let (tx, rx) = bounded(1);
+        if self.tx.send(Msg::Yield(bytes, tx)).is_err() {
+            return 0;
+        }
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or(0)
+    }
+
     /// Writes a checkpoint now (after flushing).
     pub fn checkpoint(&self) -> Result<(), SsdError> {
         let (tx, rx) = bounded(1);

@@ -37,6 +37,9 @@ pub(crate) enum Msg {
     Flush(Sender<()>),
     Checkpoint(Sender<Result<(), SsdError>>),
     Shutdown(Sender<()>),
+    /// Give back up to this many bytes of the device (the journal needs room): drop the oldest
+    /// segments, hot entries included; answers the bytes freed.
+    Yield(u64, Sender<u64>),
 }
 
 enum Kind {
@@ -151,6 +154,9 @@ impl Writer {
             Msg::Checkpoint(done) => {
                 self.drain_all();
                 let _ = done.send(self.checkpoint());
+            }
+            Msg::Yield(bytes, done) => {
+                let _ = done.send(self.give_back(bytes));
             }
             Msg::Shutdown(done) => {
                 self.finish();
@@ -551,6 +557,35 @@ impl Writer {
         self.cur = Some(seg);
         self.cur_off = 0;
         true
+    }
+
+    /// Drops the oldest segments, never the one being written, until `bytes` are freed; hot
+    /// entries are not rewritten (that would take the space back). Returns the bytes freed.
+    fn give_back(&mut self, bytes: u64) -> u64 {
+        let mut freed = 0;
+        while freed < bytes {
+            let cur = self.cur.as_ref().map(|c| c.seq);
+            let Some((&oldest, info)) = self.segs.first_key_value() else {
+                break;
+            };
+            if Some(oldest) == cur {
+                break;
+            }
+            let len = info.len;
+            let before = self.reinserts.len();
+            if !self.reclaim_oldest() {
+                break;
+            }
+            self.reinserts.truncate(before);
+            freed += len;
+        }
+        if freed > 0 {
+            tracing::warn!(
+                "SSD cache: gave back {freed} bytes of {} to the write-back journal",
+                self.sh.dir.display()
+            );
+        }
+        freed
     }
 
     /// Drops the oldest segment: its hit entries are queued for rewriting (they stay readable

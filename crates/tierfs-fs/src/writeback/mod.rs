@@ -123,6 +123,7 @@ impl<S: Store> Writeback<S> {
             hard_waits: g(&c.hard_waits),
             journal_full_waits: g(&c.journal_full_waits),
             enospc: g(&c.enospc),
+            journal_no_space: g(&c.journal_no_space),
             replayed_writes: g(&c.replayed_writes),
             replayed_bytes: g(&c.replayed_bytes),
             replay_lost_files: g(&c.replay_lost_files),

@@ -28,6 +28,11 @@ impl<S: Store> Writeback<S> {
         let jcfg = journal_config(&cfg);
         let t = Instant::now();
         let (journal, replay) = open_journal(dir, sh.store.store_id(), jcfg, reset)?;
+        if let Some(ssd) = sh.ssd.clone() {
+            // Acknowledged writes come before cached copies of the store's data: on a full
+            // cache device the SSD tier gives back room for the journal's next segment.
+            journal.set_space_hook(Arc::new(move |bytes| ssd.yield_space(bytes)));
+        }
         let c = WbCounters::default();
         settle_damage(&journal, &replay, dir, &c)?;
         if !replay.pending.is_empty() {

@@ -159,6 +159,23 @@ impl<S: Store> Writeback<S> {
                         .wait_for_space(len + 4096, Duration::from_millis(100));
                     continue;
                 }
+                Err(e @ JournalError::NoSpace { .. }) => {
+                    // The cache device is full: this write cannot be made crash-safe, so it
+                    // is refused at the call, like a full disk; the journal stays usable.
+                    if created {
+                        *g = None;
+                    }
+                    drop(g);
+                    drop(_w);
+                    self.reserve.release(reserved);
+                    if inline {
+                        return Err(data);
+                    }
+                    self.c.enospc.fetch_add(1, Relaxed);
+                    self.c.journal_no_space.fetch_add(1, Relaxed);
+                    tracing::debug!("write-back journal: {e}");
+                    return Ok(Err(Errno::ENOSPC));
+                }
                 Err(e) => {
                     tracing::error!("write-back journal: {e}");
                     if created {
