@@ -1,6 +1,7 @@
 //! Counts every call that reaches the backing store, so `tierfs stats` can show how much work
 //! the slow store was spared.
 
+use crate::health::StoreHealth;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -42,6 +43,14 @@ pub struct BackingStats {
     pub copied_bytes: u64,
     pub other: u64,
     pub errors: u64,
+    /// 1 while the store answers ENOTCONN (gone; what is cached is served).
+    #[serde(default)]
+    pub gone: u64,
+    /// Calls that failed with ENOTCONN, and times a store answered at BACKING again.
+    #[serde(default)]
+    pub notconn: u64,
+    #[serde(default)]
+    pub reconnects: u64,
 }
 
 impl BackingCounters {
@@ -60,26 +69,44 @@ impl BackingCounters {
             copied_bytes: self.copied_bytes.load(Relaxed),
             other: self.other.load(Relaxed),
             errors: self.errors.load(Relaxed),
+            ..BackingStats::default()
         }
     }
 }
 
 pub struct CountedStore<S> {
-    inner: S,
+    inner: Arc<S>,
     pub counters: Arc<BackingCounters>,
+    /// Whether the store answers (every call's error goes through here).
+    pub health: Arc<StoreHealth>,
 }
 
-impl<S> CountedStore<S> {
+impl<S: Store> CountedStore<S> {
+    /// The counters, with the store's health.
+    pub fn snapshot(&self) -> BackingStats {
+        BackingStats {
+            gone: self.health.gone() as u64,
+            notconn: self.health.notconn.load(Relaxed),
+            reconnects: self.health.reconnects.load(Relaxed),
+            ..self.counters.snapshot()
+        }
+    }
+
     pub fn new(inner: S) -> Self {
         CountedStore {
-            inner,
+            inner: Arc::new(inner),
             counters: Arc::default(),
+            health: Arc::default(),
         }
     }
     fn count<T>(&self, c: &AtomicU64, r: Result<T>) -> Result<T> {
         c.fetch_add(1, Relaxed);
-        if r.is_err() {
+        if let Err(e) = &r {
             self.counters.errors.fetch_add(1, Relaxed);
+            self.health.saw(*e, || {
+                let s = self.inner.clone();
+                Box::new(move || s.reconnect())
+            });
         }
         r
     }
@@ -97,6 +124,9 @@ impl<S: Store> Store for CountedStore<S> {
     }
     fn root(&self) -> Result<(S::Node, Attr)> {
         self.count(&self.counters.getattr, self.inner.root())
+    }
+    fn reconnect(&self) -> Result<tierfs_store::Reconnect> {
+        self.inner.reconnect()
     }
     fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
         self.count(&self.counters.lookup, self.inner.lookup(parent, name))

@@ -184,6 +184,9 @@ impl<S: Store> Store for IdStore<S> {
     fn identity(&self) -> Identity {
         self.identity
     }
+    fn reconnect(&self) -> Result<tierfs_store::Reconnect> {
+        self.inner.reconnect()
+    }
     fn root(&self) -> Result<(Self::Node, Attr)> {
         let (inner, a) = self.inner.root()?;
         let id = self.root_id;

@@ -174,6 +174,21 @@ impl<S: Store> InodeTable<S> {
         t
     }
 
+    /// After a reconnect (see `health`): the root holds `root`, and every other inode that
+    /// can be resolved again by name lets go of its node (it is dead).
+    pub(crate) fn reset_nodes(&self, root: S::Node) {
+        for e in self.inodes.iter() {
+            let i = e.value();
+            if i.ino == crate::ROOT_INO {
+                *i.node.lock() = Some(root.clone());
+            } else if i.origin.lock().is_some() {
+                *i.node.lock() = None;
+            }
+        }
+        self.file_nodes.lock().clear();
+        self.dir_nodes.lock().clear();
+    }
+
     pub fn kernel_ino(&self, attr: &Attr) -> u64 {
         self.kernel_ino_of_ident((attr.dev, attr.ino))
     }

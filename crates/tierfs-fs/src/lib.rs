@@ -13,6 +13,7 @@ mod data;
 mod dirty;
 mod file_state;
 mod fs;
+mod health;
 mod identity;
 mod inode;
 mod meta;

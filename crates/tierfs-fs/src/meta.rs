@@ -14,7 +14,8 @@
 use crate::tune::AtomicDuration;
 use dashmap::DashMap;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, FileKind};
 
@@ -64,6 +65,9 @@ pub struct MetaCache {
     /// Path identities: attributes of a file with several names are not trusted (see
     /// [`MetaCache::distrusts`]).
     path_identity: bool,
+    /// Set while the backing store is gone (`health`): every record answers, whatever its
+    /// age, since the store cannot.
+    stale_ok: Arc<AtomicBool>,
 }
 
 /// What a cached listing says about a name.
@@ -85,6 +89,22 @@ impl MetaCache {
             links: DashMap::new(),
             ttl: AtomicDuration::new(ttl),
             max_entries: AtomicUsize::new(max_entries),
+            stale_ok: Arc::default(),
+        }
+    }
+
+    /// Records answer whatever their age while `flag` is set (the store is gone).
+    pub fn serve_stale_while(&mut self, flag: Arc<AtomicBool>) {
+        self.stale_ok = flag;
+    }
+
+    /// The age past which a file's version is checked against the store: `meta.ttl`, or never
+    /// while the store is gone (what is cached is served).
+    pub fn check_ttl(&self) -> Duration {
+        if self.stale_ok.load(Relaxed) {
+            Duration::MAX
+        } else {
+            self.ttl()
         }
     }
 
@@ -112,7 +132,7 @@ impl MetaCache {
     }
 
     fn fresh(&self, at: Instant) -> bool {
-        at.elapsed() < self.ttl()
+        at.elapsed() < self.ttl() || self.stale_ok.load(Relaxed)
     }
 
     /// Attributes validated within `meta.ttl`.

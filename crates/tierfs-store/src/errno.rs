@@ -20,6 +20,8 @@ impl Errno {
     pub const EPERM: Errno = Errno(libc::EPERM);
     pub const ELOOP: Errno = Errno(libc::ELOOP);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
+    /// What every call on a FUSE filesystem whose daemon died returns.
+    pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Errno {

@@ -150,6 +150,9 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.root().map(|(n, a)| (n, self.renum(a)))
     }
+    fn reconnect(&self) -> Result<crate::Reconnect> {
+        self.inner.reconnect()
+    }
     fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
         self.faults.enter(Meta)?;
         self.inner

@@ -24,6 +24,15 @@ pub type Owner = Option<(u32, u32)>;
 
 /// The slow store. All calls may block for a long time (NFS, HDD seeks); callers run them on
 /// worker threads, never on a latency-critical path.
+/// What [`Store::reconnect`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconnect {
+    /// The store's root answers as it is: nothing changed.
+    Same,
+    /// A new root replaced a dead one: nodes and handles from before are dead.
+    New,
+}
+
 pub trait Store: Send + Sync + 'static {
     /// Reference to a backing object. Cheap to clone; valid while held, across renames.
     type Node: Clone + Send + Sync + 'static;
@@ -40,6 +49,12 @@ pub trait Store: Send + Sync + 'static {
     }
     /// The root directory of the store.
     fn root(&self) -> Result<(Self::Node, Attr)>;
+    /// The store stopped answering (ENOTCONN): try to reach it again from scratch (a FUSE
+    /// store mounted anew at the same path). `Reconnect::New`: every node handed out before is
+    /// dead and must be resolved again from the new `root()`.
+    fn reconnect(&self) -> Result<Reconnect> {
+        Ok(Reconnect::Same)
+    }
     fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)>;
     fn getattr(&self, node: &Self::Node) -> Result<Attr>;
     fn setattr(

@@ -75,7 +75,15 @@ pub struct PosixHandle {
 
 pub struct PosixStore {
     id: String,
-    root: PosixNode,
+    /// BACKING, canonical: where the root is opened again when the store came back
+    /// (`reconnect`).
+    path: std::path::PathBuf,
+    /// Replaced by `reconnect` (a FUSE store mounted again at the same path).
+    root: parking_lot::RwLock<PosixNode>,
+    /// The filesystem type of BACKING's mount at open: a reconnect takes only a root of the
+    /// same type (after `fusermount -u` of a dead store, BACKING is the empty directory it was
+    /// mounted on until the store is mounted again).
+    fstype: String,
     identity: Identity,
     /// Why `identity` is what it is, for the log.
     identity_why: String,
@@ -356,22 +364,12 @@ impl PosixStore {
                 format!("backing store {}: {e}", backing.display()),
             )
         })?;
-        let c = CString::new(canon.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::other("backing path contains NUL"))?;
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(std::io::Error::new(
+        let root = open_root(&canon).map_err(|e| {
+            std::io::Error::new(
                 e.kind(),
                 format!("backing store {}: {e}", backing.display()),
-            ));
-        }
-        let root = PosixNode::new(unsafe { OwnedFd::from_raw_fd(fd) });
+            )
+        })?;
         let (fstype, opts) = mount_of(root.fd()).unwrap_or_else(|| ("unknown".into(), "".into()));
         let (identity, identity_why) = match choice {
             IdentityChoice::Auto => decide(&fstype, &opts),
@@ -380,7 +378,9 @@ impl PosixStore {
         };
         Ok(PosixStore {
             id: store_id_for(&canon),
-            root,
+            path: canon,
+            root: parking_lot::RwLock::new(root),
+            fstype,
             identity,
             identity_why,
             stat_concurrency: std::sync::atomic::AtomicUsize::new(STAT_CONCURRENCY),
@@ -392,6 +392,22 @@ impl PosixStore {
     pub fn identity_reason(&self) -> &str {
         &self.identity_why
     }
+}
+
+/// An `O_PATH` descriptor of the directory at `path`.
+fn open_root(path: &Path) -> std::io::Result<PosixNode> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("backing path contains NUL"))?;
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(PosixNode::new(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// A readable, stable identity for a directory store: its path as a slug plus a hash of the
@@ -447,7 +463,32 @@ impl Store for PosixStore {
     }
 
     fn root(&self) -> Result<(PosixNode, Attr)> {
-        Ok((self.root.clone(), fstat_fd(self.root.fd())?))
+        let root = self.root.read().clone();
+        let attr = fstat_fd(root.fd())?;
+        Ok((root, attr))
+    }
+
+    /// The root answers: nothing to do. It does not (ENOTCONN: the FUSE daemon behind it
+    /// died): BACKING is opened again by its path, which holds whatever is mounted there now;
+    /// if that answers, it becomes the root.
+    fn reconnect(&self) -> Result<crate::Reconnect> {
+        let cur = self.root.read().clone();
+        match fstat_fd(cur.fd()) {
+            Err(Errno::ENOTCONN) | Err(Errno::EIO) => {}
+            _ => return Ok(crate::Reconnect::Same),
+        }
+        let root = open_root(&self.path).map_err(Errno::from)?;
+        let attr = fstat_fd(root.fd())?;
+        if attr.kind != crate::FileKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let fstype = mount_of(root.fd()).map_or_else(|| "unknown".into(), |(t, _)| t);
+        if fstype != self.fstype {
+            // Not the store: what its mount covered. Not back yet.
+            return Err(Errno::ENOTCONN);
+        }
+        *self.root.write() = root;
+        Ok(crate::Reconnect::New)
     }
 
     fn lookup(&self, parent: &PosixNode, name: &OsStr) -> Result<(PosixNode, Attr)> {

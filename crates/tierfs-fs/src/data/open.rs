@@ -32,7 +32,10 @@ impl<S: Store> Objects<S> {
         let i = self.ns.inodes.get(ino)?;
         let st = i.file.clone()?;
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
-        if !read_only || self.sh.cfg.meta_cto || st.expired(self.ns.meta.ttl()) {
+        // While the store is gone, a read-only open is answered from what is cached whatever
+        // `meta.cto` says: the store could not answer it.
+        let gone = self.sh.store.inner().health.gone();
+        if !read_only || (self.sh.cfg.meta_cto && !gone) || st.expired(self.ns.meta.check_ttl()) {
             return None;
         }
         FsStats::add(&self.sh.stats.lazy_opens, 1);
@@ -40,6 +43,26 @@ impl<S: Store> Objects<S> {
         let keep_cache = st.opened_trusted();
         let fh = self.add_open_file(i, None, flags).ok()?;
         Some(OpenReply {
+            fh,
+            keep_cache,
+            attrs_stale: false,
+        })
+    }
+
+    /// An open while the store is gone (see `health`), for write-back, whose writes need no
+    /// backing handle (flushers open their own once the store is back): answered from what
+    /// is cached. Not for O_TRUNC, which must reach the store first.
+    pub fn open_while_gone(&self, ino: u64, flags: i32) -> Result<OpenReply> {
+        let i = self.ns.inode(ino)?;
+        let st = i.file.clone().ok_or(Errno::EISDIR)?;
+        if flags & libc::O_TRUNC != 0 || !self.sh.store.inner().health.gone() {
+            return Err(Errno::ENOTCONN);
+        }
+        FsStats::add(&self.sh.stats.lazy_opens, 1);
+        FsStats::add(&self.sh.stats.opens, 1);
+        let keep_cache = st.opened_trusted();
+        let fh = self.add_open_file(i, None, flags)?;
+        Ok(OpenReply {
             fh,
             keep_cache,
             attrs_stale: false,

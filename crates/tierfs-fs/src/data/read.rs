@@ -85,7 +85,7 @@ impl<S: Store> Objects<S> {
         let Ok(of) = self.file_for(ino, fh, false) else {
             return false;
         };
-        if of.state.expired(self.ns.meta.ttl())
+        if of.state.expired(self.ns.meta.check_ttl())
             || of
                 .state
                 .has_dirty
@@ -171,7 +171,9 @@ impl<S: Store> Objects<S> {
         size: u32,
     ) -> Result<Bytes> {
         let of = of.clone();
-        if of.state.needs_check(self.ns.meta.ttl()) {
+        // While the store is gone (see `health`) what is cached is served unchecked, even a
+        // fingerprint our own writes left provisional: the store cannot be asked.
+        if of.state.needs_check(self.ns.meta.check_ttl()) && !self.sh.store.inner().health.gone() {
             self.refresh(&of)?;
         }
         for _ in 0..MAX_STALE_RETRIES {

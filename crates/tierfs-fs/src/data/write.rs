@@ -18,7 +18,7 @@ impl<S: Store> Objects<S> {
         // would mix versions. Within `meta.ttl` of the last check the fingerprint is trusted,
         // as reads trust it; past it, the store is asked (under the lock, so what it says
         // includes every earlier write of ours: see `FileState::settle_own_writes`).
-        if of.state.expired(self.ns.meta.ttl()) {
+        if of.state.expired(self.ns.meta.check_ttl()) {
             let before = self.sh.fstat_as(&of.state, handle)?;
             if let Observed::Changed = of.state.settle_own_writes(&before) {
                 FsStats::add(&self.sh.stats.version_changes, 1);

@@ -160,7 +160,7 @@ impl<S: Store> Fs<S> {
             store_id: self.sh.store.store_id().to_string(),
             block_size: self.sh.cfg.block_size,
             ram: self.sh.cache.stats(),
-            backing: self.sh.store.inner().counters.snapshot(),
+            backing: self.sh.store.inner().snapshot(),
             read_requests: FsStats::get(&s.read_requests),
             read_bytes: FsStats::get(&s.read_bytes),
             read_ram_only: FsStats::get(&s.read_ram_only),

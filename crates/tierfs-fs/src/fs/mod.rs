@@ -56,6 +56,14 @@ impl<S: Store> Fs<S> {
         }
         let sh = Arc::new(Shared::new(store, cfg, ssd));
         let ns = Arc::new(Namespace::new(sh.clone(), root, &root_attr));
+        {
+            let ns = Arc::downgrade(&ns);
+            sh.store.inner().health.set_on_back(Box::new(move || {
+                if let Some(ns) = ns.upgrade() {
+                    ns.reset_nodes();
+                }
+            }));
+        }
         let data = Arc::new(Objects::new(sh.clone(), ns.clone()));
         Ok(Arc::new(Fs {
             sh,
@@ -133,7 +141,18 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
-        Ok(self.shown_entry(self.ns.lookup_by(parent, name, pid)?))
+        let e = self.cached_if_gone(|| self.ns.lookup_by(parent, name, pid))?;
+        Ok(self.shown_entry(e))
+    }
+
+    /// Runs a read-only operation; if it failed because the store just went away (ENOTCONN,
+    /// and the store is now marked gone), runs it once more: the caches now answer whatever
+    /// the age of what they hold (see `health`), so what is cached is served.
+    fn cached_if_gone<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
+        match op() {
+            Err(Errno::ENOTCONN) if self.sh.store.inner().health.gone() => op(),
+            r => r,
+        }
     }
 
     /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
@@ -161,7 +180,7 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
     pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, Duration)> {
-        let (a, age) = self.ns.getattr_aged(ino)?;
+        let (a, age) = self.cached_if_gone(|| self.ns.getattr_aged(ino))?;
         Ok((self.shown(ino, a), age))
     }
 
@@ -270,7 +289,7 @@ impl<S: Store> Fs<S> {
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
     /// stay valid while the directory changes.
     pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
-        self.ns.opendir(ino)
+        self.cached_if_gone(|| self.ns.opendir(ino))
     }
 
     /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
@@ -332,7 +351,16 @@ impl<S: Store> Fs<S> {
             // The dirty data first, or its flush would land after the truncate.
             self.settle_file(ino)?;
         }
-        self.data.open_by(ino, flags, pid)
+        if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
+            return self.cached_if_gone(|| self.data.open_by(ino, flags, pid));
+        }
+        match self.data.open_by(ino, flags, pid) {
+            // Write-back absorbs writes while the store is gone (within its limits).
+            Err(Errno::ENOTCONN) if self.wb().is_some() && self.sh.store.inner().health.gone() => {
+                self.data.open_while_gone(ino, flags)
+            }
+            r => r,
+        }
     }
 
     pub fn create(
@@ -418,7 +446,7 @@ impl<S: Store> Fs<S> {
                 return wb.read_over_dirty(&of, offset, size);
             }
         }
-        self.data.read(&of, offset, size)
+        self.cached_if_gone(|| self.data.read(&of, offset, size))
     }
 
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {

@@ -70,13 +70,15 @@ pub(crate) struct Namespace<S: Store> {
 
 impl<S: Store> Namespace<S> {
     pub fn new(sh: Arc<Shared<S>>, root: Node<S>, root_attr: &Attr) -> Namespace<S> {
+        let mut meta = MetaCache::new(
+            sh.cfg.meta_ttl,
+            sh.cfg.meta_max_entries,
+            sh.store.identity_kind() == tierfs_store::Identity::Path,
+        );
+        meta.serve_stale_while(sh.store.inner().health.gone_flag());
         let ns = Namespace {
             inodes: InodeTable::new(root, root_attr, 1 << 20),
-            meta: MetaCache::new(
-                sh.cfg.meta_ttl,
-                sh.cfg.meta_max_entries,
-                sh.store.identity_kind() == tierfs_store::Identity::Path,
-            ),
+            meta,
             listings: SingleFlight::new(Err(Errno::EIO)),
             estale: DashMap::new(),
             dirs: DashMap::new(),
@@ -87,6 +89,15 @@ impl<S: Store> Namespace<S> {
         };
         ns.meta.put_attr(root_attr, Instant::now());
         ns
+    }
+
+    /// A new store answers at BACKING (see `health`): the root is the new one, and every
+    /// other node held from before is let go, to be resolved again by name when needed.
+    pub(crate) fn reset_nodes(&self) {
+        match self.sh.store.root() {
+            Ok((root, _)) => self.inodes.reset_nodes(root),
+            Err(e) => tracing::error!("backing store: its new root does not answer: {e}"),
+        }
     }
 
     pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode<St<S>>>> {
@@ -200,11 +211,35 @@ impl<S: Store> Namespace<S> {
             self.restore_listing(p, false);
             found = self.meta.lookup(p.id(), name);
         }
+        if matches!(found, NameLookup::Unknown) && self.sh.store.inner().health.gone() {
+            if let Some(e) = self.answer_while_gone(p, name) {
+                return Ok(Some(e));
+            }
+        }
         if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id(), name) {
             self.list_dir(p)?;
             found = self.meta.lookup(p.id(), name);
         }
         self.answer_from_listing(p, name, found).transpose()
+    }
+
+    /// While the store is gone, a name looked up before (its directory never listed) is
+    /// answered from the attributes cached under its path identity: the store cannot answer.
+    /// Inode identities cannot be derived from a name: those lookups fail.
+    fn answer_while_gone(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<Entry> {
+        if self.sh.store.identity_kind() != tierfs_store::Identity::Path {
+            return None;
+        }
+        let id = self.sh.store.derive(p.id(), name);
+        let (mut attr, at) = self.meta.attr(id)?;
+        FsStats::add(&self.sh.stats.meta_hits, 1);
+        let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
+        attr.ino = inode.ino;
+        Some(Entry {
+            ino: inode.ino,
+            attr,
+            age: self.kernel_age(&attr, at.elapsed()),
+        })
     }
 
     /// The entry a cached listing gives for `name`: ENOENT if the fresh listing lacks it,

@@ -350,7 +350,12 @@ impl<S: Store> Writeback<S> {
         if self.live.close() == super::CloseMode::Flush {
             self.flush_file_now(&i)?;
         }
-        self.take_flush_error(&i)
+        match self.take_flush_error(&i) {
+            // The store is gone for now (see `health`): the data waits in the journal and is
+            // written once it is back; close(2) with `writeback.close=async` promises no more.
+            Err(Errno::ENOTCONN) if self.live.close() == super::CloseMode::Async => Ok(()),
+            r => r,
+        }
     }
 
     /// Before a namespace operation on `parent/name` (rename, unlink, link): its data first.

@@ -68,13 +68,20 @@ impl Reservations {
         let blocks = |b: u64| (offset + len).div_ceil(b) - offset / b;
         let mut n = blocks(i.block) * i.block;
         if i.credit < n || stale {
-            let (free, block) = free()?;
-            i.block = block.clamp(512, 1 << 20);
-            n = blocks(i.block) * i.block;
-            // What the store can still take beyond what we promised already.
-            let avail = free.saturating_sub(i.reserved).saturating_sub(self.margin);
-            i.credit = avail.min(self.chunk.max(n));
-            i.statted = Some(Instant::now());
+            match free() {
+                Ok((free, block)) => {
+                    i.block = block.clamp(512, 1 << 20);
+                    n = blocks(i.block) * i.block;
+                    // What the store can still take beyond what we promised already.
+                    let avail = free.saturating_sub(i.reserved).saturating_sub(self.margin);
+                    i.credit = avail.min(self.chunk.max(n));
+                    i.statted = Some(Instant::now());
+                }
+                // The store is gone (see `health`): the credit it granted still holds, so
+                // write-back goes on absorbing writes until it is spent.
+                Err(Errno::ENOTCONN) if i.credit >= n => {}
+                Err(e) => return Err(e),
+            }
         }
         if i.credit < n {
             return Err(Errno::ENOSPC);
