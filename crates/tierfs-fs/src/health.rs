@@ -52,6 +52,24 @@ impl StoreHealth {
             return;
         }
         self.notconn.fetch_add(1, Relaxed);
+        if self.gone.load(Relaxed) {
+            return;
+        }
+        // One dead descriptor (a file open across an earlier outage, a dead mount nested
+        // below BACKING) is not a dead store: only a root that does not answer is.
+        let probe = probe();
+        match probe() {
+            Ok(tierfs_store::Reconnect::Same) => return,
+            Ok(tierfs_store::Reconnect::New) => {
+                if let Some(f) = self.on_back.lock().as_ref() {
+                    f();
+                }
+                self.reconnects.fetch_add(1, Relaxed);
+                tracing::warn!("backing store replaced at BACKING: found again at once");
+                return;
+            }
+            Err(_) => {}
+        }
         if self.gone.swap(true, Relaxed) {
             return;
         }
@@ -61,7 +79,6 @@ impl StoreHealth {
             PROBE_EVERY.as_secs()
         );
         let me = Arc::downgrade(self);
-        let probe = probe();
         let spawned = std::thread::Builder::new()
             .name("tierfs-probe".into())
             .spawn(move || loop {

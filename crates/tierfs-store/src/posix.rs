@@ -394,6 +394,14 @@ impl PosixStore {
     }
 }
 
+/// fstatfs of a descriptor (an `O_PATH` one works); only whether it answers matters here.
+fn fstatfs_fd(fd: RawFd) -> Result<()> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `st` is a valid out-pointer for one statfs.
+    cvt(unsafe { libc::fstatfs(fd, st.as_mut_ptr()) })?;
+    Ok(())
+}
+
 /// An `O_PATH` descriptor of the directory at `path`.
 fn open_root(path: &Path) -> std::io::Result<PosixNode> {
     let c = CString::new(path.as_os_str().as_bytes())
@@ -473,17 +481,20 @@ impl Store for PosixStore {
     /// if that answers, it becomes the root.
     fn reconnect(&self) -> Result<crate::Reconnect> {
         let cur = self.root.read().clone();
-        match fstat_fd(cur.fd()) {
+        // statfs, not stat: FUSE answers a stat from attributes the kernel still caches, even
+        // on a dead connection; a statfs always asks the daemon.
+        match fstatfs_fd(cur.fd()) {
             Err(Errno::ENOTCONN) | Err(Errno::EIO) => {}
             _ => return Ok(crate::Reconnect::Same),
         }
         let root = open_root(&self.path).map_err(Errno::from)?;
+        fstatfs_fd(root.fd())?;
         let attr = fstat_fd(root.fd())?;
         if attr.kind != crate::FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        let fstype = mount_of(root.fd()).map_or_else(|| "unknown".into(), |(t, _)| t);
-        if fstype != self.fstype {
+        let fstype = mount_of(root.fd()).map(|(t, _)| t);
+        if fstype.as_deref() != Some(self.fstype.as_str()) || self.fstype == "unknown" {
             // Not the store: what its mount covered. Not back yet.
             return Err(Errno::ENOTCONN);
         }

@@ -201,6 +201,35 @@ pub(crate) fn hint(
     }
 }
 
+/// Whether `[from, to)` of the segment holds a whole 4 KiB page (at a page-aligned offset) of
+/// zeros: a page that was never written. Application data of zeros inside a journal record
+/// is also zeros, so this is asked only of a stretch that already failed its checks.
+pub(crate) fn has_unwritten_page(
+    file: &File,
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> Result<bool, JournalError> {
+    const PAGE: u64 = 4096;
+    let mut at = from.div_ceil(PAGE) * PAGE;
+    let mut buf = vec![0u8; WINDOW];
+    while at + PAGE <= to {
+        let want = ((to - at) / PAGE * PAGE).min(WINDOW as u64) as usize;
+        let n = io::read_at_most(file, &mut buf[..want], at).map_err(io_err("read", path))?;
+        if buf[..n]
+            .chunks_exact(PAGE as usize)
+            .any(|p| p.iter().all(|&b| b == 0))
+        {
+            return Ok(true);
+        }
+        if n < want {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(false)
+}
+
 fn size_of(file: &File, path: &Path) -> Result<u64, JournalError> {
     Ok(file.metadata().map_err(io_err("stat", path))?.len())
 }

@@ -200,9 +200,12 @@ impl State {
 
     /// Whether a record of `len` bytes can be appended now without returning `Full`.
     fn fits(&self, len: u64, cfg: &JournalConfig) -> bool {
-        self.fits_in_tail(len, cfg) || self.space.used + cfg.segment_size <= cfg.max_size
+        self.fits_in_tail(len + MARK_ROOM, cfg)
+            || self.space.used + cfg.segment_size <= cfg.max_size
     }
 
+    /// Whether `len` bytes (and a SEAL after them) fit in the tail segment. DATA asks with
+    /// `MARK_ROOM` added: that much of every segment is for DONE/DROP only.
     fn fits_in_tail(&self, len: u64, cfg: &JournalConfig) -> bool {
         self.tail.open && self.tail.off + len + SEAL_LEN <= cfg.segment_size
     }
@@ -286,6 +289,12 @@ pub(crate) struct Shared {
 
 /// See [`Journal::set_space_hook`].
 pub type SpaceHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
+
+/// The end of every segment that DATA never takes: room for DONE/DROP records (48 bytes each,
+/// some 1,300 of them) when the next segment cannot be created (a full cache device). Without
+/// it a full tail could record no DONE, so no segment could be freed and the device would stay
+/// full.
+const MARK_ROOM: u64 = 64 << 10;
 
 /// How long an append waits for the writer to create the next segment file before it gives
 /// up with `NoSpace` (normally the file exists long before it is needed).
@@ -392,11 +401,11 @@ impl Journal {
         }
         let sc = replay::scan(dir, &sb.uuid, &opened)?;
         let mut seg_list = seg_list;
-        if let Some(seg) = sc.spare {
-            // Created ahead of time and never used: remove it (the writer makes a new one).
+        for &seg in &sc.spares {
+            // Created ahead of time and never used: removed (the writer makes a new one).
             let (path, _) = opened
                 .remove(&seg)
-                .expect("the spare is one of the opened files");
+                .expect("a spare is one of the opened files");
             fs::remove_file(&path).map_err(io_err("delete", &path))?;
             io::sync_dir(dir).map_err(io_err("fsync", dir))?;
             seg_list.retain(|&s| s != seg);
@@ -507,7 +516,11 @@ impl Journal {
             }
         }
         let cfg = &self.sh.cfg;
-        let max = cfg.segment_size - SEAL_LEN;
+        let room = match rec {
+            Record::Data { .. } => MARK_ROOM,
+            _ => 0,
+        };
+        let max = cfg.segment_size - SEAL_LEN - room;
         let len = rec.encoded_len();
         if len > max {
             return Err(JournalError::TooLarge { len, max });
@@ -533,7 +546,7 @@ impl Journal {
         };
         let mut tries = None;
         let deadline = Instant::now() + NEXT_SEGMENT_WAIT;
-        while !st.fits_in_tail(len, cfg) {
+        while !st.fits_in_tail(len + room, cfg) {
             // DONE and DROP may use one segment beyond the cap: they are what frees space, and a
             // journal too full to record them would never empty.
             let cap = match mark {
@@ -564,7 +577,7 @@ impl Journal {
             self.sh.writer_cv.notify_one();
             if self.sh.space_cv.wait_until(&mut st, deadline).timed_out()
                 && st.ready != Some(st.next_seg())
-                && !st.fits_in_tail(len, cfg)
+                && !st.fits_in_tail(len + room, cfg)
             {
                 st.c.no_space_errors += 1;
                 return Err(JournalError::NoSpace {

@@ -5,7 +5,9 @@
 //! or end of file (a clean end) or a torn/garbled record (a crash mid-write; counted in
 //! `torn_tails`). A bad stretch with valid records after it, in any segment, or a segment
 //! missing between two others, is damage (damage.rs): the scan records it and goes on, so every
-//! valid record is replayed or reported, never silently dropped.
+//! valid record is replayed or reported, never silently dropped. Except in the last segment
+//! when the stretch holds a page never written (zeros): that is the out-of-order tear a power
+//! loss leaves in the last unsynced batch, read as a torn tail.
 
 use super::damage::{self, Damage};
 use super::error::io_err;
@@ -115,9 +117,11 @@ pub(crate) struct Scanned {
     pub last_seq: u64,
     /// The last segment, if it has no SEAL: where one goes.
     pub unsealed_last: Option<(u64, u64)>,
-    /// The highest-numbered file holds nothing but zeros: the next segment the writer created
-    /// ahead of time and never used. Not a segment; `open` deletes it.
-    pub spare: Option<u64>,
+    /// The highest-numbered files that hold nothing but zeros: next segments the writer
+    /// created ahead of time and never used (a crash can leave two: one rolled into before
+    /// its first record was written, and the one made after it). Not segments; `open`
+    /// deletes them.
+    pub spares: Vec<u64>,
     pub replay: Replay,
 }
 
@@ -132,16 +136,17 @@ pub(crate) fn scan(
         data: Vec::new(),
         last_seq: 0,
         unsealed_last: None,
-        spare: None,
+        spares: Vec::new(),
         replay: Replay::default(),
     };
     let mut prev: Option<u64> = None;
     let mut n = files.len();
-    if let Some((&seg, (path, file))) = files.iter().next_back() {
-        if damage::zeros_from(file, path, 0)? {
-            out.spare = Some(seg);
-            n -= 1;
+    for (&seg, (path, file)) in files.iter().rev() {
+        if !damage::zeros_from(file, path, 0)? {
+            break;
         }
+        out.spares.push(seg);
+        n -= 1;
     }
     for (i, (&seg, (path, file))) in files.iter().take(n).enumerate() {
         // Segments are deleted oldest first and created one after another: a hole means a
@@ -164,7 +169,7 @@ pub(crate) fn scan(
             first_seq: 0,
             files: FxHashMap::default(),
         };
-        let end = scan_segment(seg, file, path, size, uuid, &mut out, &mut info)?;
+        let end = scan_segment(seg, file, path, size, uuid, last, &mut out, &mut info)?;
         out.segs.insert(seg, info);
         match end {
             End::Sealed => {}
@@ -192,12 +197,14 @@ pub(crate) fn scan(
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn scan_segment(
     seg: u64,
     file: &File,
     path: &Path,
     size: u64,
     uuid: &[u8; 16],
+    last: bool,
     out: &mut Scanned,
     info: &mut SegInfo,
 ) -> Result<End, JournalError> {
@@ -214,6 +221,16 @@ fn scan_segment(
                 };
                 // Valid records after it: damage, not the end.
                 match damage::resync(file, path, off + 1, size, seed, out.last_seq)? {
+                    // In the last segment, a stretch with a page never written (zeros, as
+                    // preallocated) before later records is a crash tear, not damage: after a
+                    // power loss the pages of the last unsynced batch reach the disk in any
+                    // order, and none of them was acknowledged as durable.
+                    Some(next) if last && damage::has_unwritten_page(file, path, off, next)? => {
+                        return Ok(End::Torn(
+                            off,
+                            "a write torn by a crash (unwritten pages before later records)",
+                        ));
+                    }
                     Some(next) => {
                         let mut d = Damage::new(path, off, why, out.last_seq);
                         d.len = next - off;

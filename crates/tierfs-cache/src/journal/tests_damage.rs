@@ -202,25 +202,45 @@ fn damage_whose_owner_is_unknown_sets_aside_every_file_with_older_writes() {
     check_lost(&j, &rp, &lost);
     drop(j);
 
-    // A zeroed 4 KiB block across a record boundary (a bad sector read back as zeros): two
-    // records hit, the first one's header intact.
+    // A zeroed 8 KiB block across a record boundary (a bad sector read back as zeros) in a
+    // segment that is not the last: two records hit, damage.
+    let last_seg = *segs(&orig).last().unwrap();
+    let z = recs
+        .iter()
+        .filter(|x| x.seg < last_seg && x.off > 0)
+        .nth(3)
+        .unwrap()
+        .clone();
     let dir = copy(&orig, &tmp.path().join("zeros"));
-    let next = recs
-        .iter()
-        .find(|x| x.seg == r.seg && x.off == r.off + r.len)
-        .unwrap();
-    poke(&dir, r.seg, next.off - 2048, &[0u8; 4096]);
+    poke(&dir, z.seg, z.off - 4096, &[0u8; 8192]);
     let (_, rp) = open(&dir, cfg());
-    assert!(!rp.damage.is_empty(), "zeros inside a segment are damage");
-    assert!(rp
-        .pending
-        .iter()
-        .all(|p| p.seq != r.seq && p.seq != next.seq));
     assert!(
-        rp.pending.iter().any(|p| p.seq > next.seq),
+        !rp.damage.is_empty(),
+        "zeros inside a sealed segment are damage"
+    );
+    assert!(rp.pending.iter().all(|p| p.seq != z.seq));
+    assert!(
+        rp.pending.iter().any(|p| p.seq > z.seq),
         "later records replayed"
     );
     assert!(rp.torn_tail.is_none());
+
+    // The same in the last segment: pages a power loss left unwritten before later ones (the
+    // last batch reached the disk out of order): a torn tail, the records after it ignored,
+    // nothing set aside.
+    let t = recs
+        .iter()
+        .filter(|x| x.seg == last_seg && x.off > 0)
+        .nth(2)
+        .unwrap()
+        .clone();
+    let dir = copy(&orig, &tmp.path().join("tear"));
+    poke(&dir, t.seg, t.off.div_ceil(4096) * 4096, &[0u8; 8192]);
+    let (_, rp) = open(&dir, cfg());
+    assert!(rp.damage.is_empty(), "{:?}", rp.damage);
+    assert!(rp.lost.is_empty());
+    assert!(rp.torn_tail.is_some());
+    assert!(rp.pending.iter().all(|p| p.seq <= t.seq));
 }
 
 #[test]
@@ -306,4 +326,27 @@ fn garbage_at_the_end_of_the_last_segment_is_still_a_torn_tail() {
     let mut expect = all.clone();
     expect.remove(&last.seq);
     check_replay(&j, &rp, &expect);
+}
+
+/// A crash right after a roll into the ready segment, before the writer wrote the old
+/// segment's SEAL or anything in the new one, and after it made the next one: the old segment
+/// unsealed, two all-zero files after it. Both are unused spares, not damage.
+#[test]
+fn unused_spares_after_an_unsealed_segment_are_not_damage() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("j");
+    let all = build(&dir);
+    let last = *segs(&dir).last().unwrap();
+    // What the writer's spare was, and one more.
+    for extra in [last + 1, last + 2] {
+        let f = File::create(dir.join(seg_name(extra))).unwrap();
+        f.set_len(4 * MIB).unwrap();
+    }
+    let (j, rp) = open(&dir, cfg());
+    assert!(
+        rp.damage.is_empty() && rp.lost.is_empty(),
+        "{:?}",
+        rp.damage
+    );
+    check_replay(&j, &rp, &all);
 }

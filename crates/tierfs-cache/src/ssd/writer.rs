@@ -576,7 +576,11 @@ impl Writer {
             if !self.reclaim_oldest() {
                 break;
             }
-            self.reinserts.truncate(before);
+            // Its hot entries are dropped too, not rewritten: each would keep the unlinked
+            // file (and all its blocks) open through the index.
+            for (key, loc) in self.reinserts.drain(before..) {
+                self.sh.index.remove_if_is(&key, &loc);
+            }
             freed += len;
         }
         if freed > 0 {

@@ -86,7 +86,7 @@ impl<S: Store> Fs<S> {
         dir: &Path,
         reset: bool,
     ) -> std::result::Result<(), String> {
-        crate::writeback::replay_journal(&self.sh.store, cfg, dir, reset)
+        crate::writeback::replay_journal(&self.sh.store, self.sh.ssd.clone(), cfg, dir, reset)
     }
 
     /// Whether this mount writes back (`writeback.mode=back`).

@@ -79,11 +79,16 @@ impl<S: Store> Writeback<S> {
 /// writes go to the backing store first; the journal is then closed, not used.
 pub(crate) fn replay_journal<S: Store>(
     store: &St<S>,
+    ssd: Option<Arc<tierfs_cache::SsdCache>>,
     cfg: WbConfig,
     dir: &Path,
     reset: bool,
 ) -> std::result::Result<(), String> {
     let (journal, replay) = open_journal(dir, store.store_id(), journal_config(&cfg), reset)?;
+    if let Some(ssd) = ssd {
+        // Its DONE records may need a segment on a full cache device (see `Writeback::start`).
+        journal.set_space_hook(Arc::new(move |bytes| ssd.yield_space(bytes)));
+    }
     settle_damage(&journal, &replay, dir, &WbCounters::default())?;
     if !replay.pending.is_empty() {
         eprintln!(
@@ -533,7 +538,7 @@ mod tests {
             j.shutdown();
         }
         std::fs::rename(back.join("w3/target1.tmp"), back.join("w3/target1")).unwrap();
-        replay_journal(&store, cfg, &jdir, false).unwrap();
+        replay_journal(&store, None, cfg, &jdir, false).unwrap();
         let got = std::fs::read(back.join("w3/target1")).unwrap();
         assert_eq!(&got[..4096], &[7u8; 4096][..]);
         assert_eq!(&got[4096..], &[8u8; 4096][..]);
