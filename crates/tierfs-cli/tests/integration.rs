@@ -1496,7 +1496,7 @@ fn no_mix_after_rewrite(opts: &'static [&'static str]) {
             w.write_all_at(&version(new), 0).unwrap();
             drop(w);
             let mut seen_error = false;
-            for attempt in 0..8 {
+            for attempt in 0..40 {
                 match std::fs::read(&mf) {
                     Ok(data) => {
                         let vs = block_versions(&data);
@@ -1527,9 +1527,11 @@ fn no_mix_after_rewrite(opts: &'static [&'static str]) {
                             "round {round}: a read failed otherwise than ESTALE: {e}"
                         );
                         // Until the kernel has dropped its pages of the old version (the
-                        // daemon tells it right after the first refusal), reads are refused.
+                        // daemon tells it right after the first refusal) and 500 ms more,
+                        // reads are refused; on a loaded machine (the whole suite on 2 cores)
+                        // the kernel's drop may itself take a while.
                         assert!(
-                            attempt < 3,
+                            attempt < 30,
                             "round {round}: ESTALE {attempt} times in a row"
                         );
                         seen_error = true;
