@@ -51,6 +51,11 @@ pub(crate) enum Hint {
         offset: u64,
         /// Its data length, if the header's length led exactly to the next valid record.
         len: Option<u64>,
+        /// The header was intact and its length led exactly to the next valid record: the
+        /// stretch is this one record. Otherwise the claim is read from where a DATA record's
+        /// identity would be (one flipped byte leaves either its (dev, ino) or its path whole),
+        /// and the stretch may hold more records.
+        exact: bool,
     },
     Mark(Key),
     Seal,
@@ -145,47 +150,26 @@ pub(crate) fn hint(
     if io::read_at_most(file, &mut hdr, off).map_err(io_err("read", path))? < HDR {
         return Ok(None);
     }
-    let HeaderCheck::Ok(h) = format::parse_header(&hdr) else {
-        return Ok(None);
+    let stretch_end = match next {
+        Some(n) => n,
+        None => size_of(file, path)?,
     };
     // The claim covers the whole stretch only if the record's length leads exactly to the next
     // valid record (or to nothing but zeros up to the end of the segment): otherwise the
     // stretch may hold other records, whose owners are unknown.
-    let end = off + HDR as u64 + h.len as u64;
-    let len_checked = match next {
-        Some(n) => n == end,
-        None => end <= size_of(file, path)? && zeros_from(file, path, end)?,
-    };
-    if !len_checked {
-        return Ok(None);
-    }
-    match (h.kind, h.len as usize) {
-        (KIND_DATA, len) if len >= DATA_FIXED => {
-            let mut p = vec![0u8; len.min(DATA_FIXED + format::MAX_PATH)];
-            let n =
-                io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
-            let p = &p[..n];
-            let (Some(dev), Some(ino), Some(offset), Some(plen)) =
-                (get_u64(p, 0), get_u64(p, 8), get_u64(p, 16), get_u16(p, 24))
-            else {
-                return Ok(None);
+    let exact = match format::parse_header(&hdr) {
+        HeaderCheck::Ok(h) => {
+            let end = off + HDR as u64 + h.len as u64;
+            let checked = match next {
+                Some(n) => n == end,
+                None => end <= stretch_end && zeros_from(file, path, end)?,
             };
-            let plen = plen as usize;
-            let Some(fpath) = p.get(DATA_FIXED..DATA_FIXED + plen) else {
-                return Ok(None);
-            };
-            let data_len = (len >= DATA_FIXED + plen).then(|| (len - DATA_FIXED - plen) as u64);
-            Ok(Some(Hint::Data {
-                file: FileRef {
-                    dev,
-                    ino,
-                    path: fpath.to_vec(),
-                },
-                offset,
-                len: data_len,
-            }))
+            checked.then_some(h)
         }
-        (format::KIND_DONE | format::KIND_DROP, format::MARK_LEN) => {
+        _ => None,
+    };
+    match exact.map(|h| (h.kind, h.len as usize)) {
+        Some((format::KIND_DONE | format::KIND_DROP, format::MARK_LEN)) => {
             let mut p = [0u8; 16];
             let n =
                 io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
@@ -196,9 +180,49 @@ pub(crate) fn hint(
         }
         // A SEAL's length is its own (no DATA or mark record is this short): a damaged SEAL
         // held no write.
-        (format::KIND_SEAL, format::SEAL_PAYLOAD) => Ok(Some(Hint::Seal)),
-        _ => Ok(None),
+        Some((format::KIND_SEAL, format::SEAL_PAYLOAD)) => Ok(Some(Hint::Seal)),
+        Some((KIND_DATA, len)) if len >= DATA_FIXED => data_claim(file, path, off, Some(len)),
+        // Header damaged: what a DATA record would say where its identity goes.
+        _ => {
+            let claim = data_claim(file, path, off, None)?;
+            Ok(claim.filter(|_| stretch_end > off + (HDR + DATA_FIXED) as u64))
+        }
     }
+}
+
+/// The identity part of a DATA record at `off` (`len`: its payload length, when the header is
+/// intact and exact).
+fn data_claim(
+    file: &File,
+    path: &Path,
+    off: u64,
+    len: Option<usize>,
+) -> Result<Option<Hint>, JournalError> {
+    let mut p = vec![0u8; len.unwrap_or(usize::MAX).min(DATA_FIXED + format::MAX_PATH)];
+    let n = io::read_at_most(file, &mut p, off + HDR as u64).map_err(io_err("read", path))?;
+    let p = &p[..n];
+    let (Some(dev), Some(ino), Some(offset), Some(plen)) =
+        (get_u64(p, 0), get_u64(p, 8), get_u64(p, 16), get_u16(p, 24))
+    else {
+        return Ok(None);
+    };
+    let plen = plen as usize;
+    let Some(fpath) = p.get(DATA_FIXED..DATA_FIXED + plen) else {
+        return Ok(None);
+    };
+    let data_len = len
+        .filter(|&l| l >= DATA_FIXED + plen)
+        .map(|l| (l - DATA_FIXED - plen) as u64);
+    Ok(Some(Hint::Data {
+        file: FileRef {
+            dev,
+            ino,
+            path: fpath.to_vec(),
+        },
+        offset,
+        len: data_len,
+        exact: len.is_some(),
+    }))
 }
 
 /// Whether `[from, to)` of the segment holds a whole 4 KiB page (at a page-aligned offset) of
@@ -277,6 +301,13 @@ pub(crate) fn judge(
         }
     }
     let pending_before = |k: &Key, seq: u64| oldest.get(k).is_some_and(|&o| o < seq);
+    let unknown = |before: u64| -> Vec<Key> {
+        oldest
+            .keys()
+            .filter(|k| pending_before(k, before))
+            .copied()
+            .collect()
+    };
     let mut at_risk = FxHashSet::default();
     for d in damage.iter_mut() {
         // The damaged record's seq is below `before_seq`: a file whose writes up to there are
@@ -284,17 +315,41 @@ pub(crate) fn judge(
         let last_lost = d.before_seq.saturating_sub(1);
         match d.hint.clone() {
             Some(Hint::Seal) => d.harmless = true,
-            Some(Hint::Data { file, offset, len })
-                if known
-                    .get(&(file.dev, file.ino))
-                    .is_some_and(|p| p.contains(&file.path[..])) =>
-            {
-                let k = (file.dev, file.ino);
+            Some(Hint::Data {
+                file,
+                offset,
+                len,
+                exact,
+            }) => {
+                let verified = exact
+                    && known
+                        .get(&(file.dev, file.ino))
+                        .is_some_and(|p| p.contains(&file.path[..]));
+                // Otherwise one half of what it claims may still name a file of the journal:
+                // a single bad byte leaves its (dev, ino) or its path whole.
+                let owner = if verified {
+                    Some(file.clone())
+                } else {
+                    data.iter()
+                        .find(|p| (p.file.dev, p.file.ino) == (file.dev, file.ino))
+                        .or_else(|| data.iter().find(|p| p.file.path == file.path))
+                        .map(|p| p.file.clone())
+                };
+                let Some(owner) = owner else {
+                    at_risk.extend(unknown(d.before_seq));
+                    continue;
+                };
+                let k = (owner.dev, owner.ino);
                 d.range = Some((offset, len));
-                // Harmless if a DONE after the hole covers it; otherwise the write is lost, and
-                // the file's other pending writes are not replayed.
-                d.harmless = covered(&k, last_lost);
-                d.file = Some(file);
+                d.file = Some(owner);
+                if verified {
+                    // Harmless if a DONE after the hole covers it; otherwise the write is lost,
+                    // and the file's other pending writes are not replayed.
+                    d.harmless = covered(&k, last_lost);
+                } else {
+                    // The stretch may hold other records too.
+                    at_risk.extend(unknown(d.before_seq));
+                }
                 if !d.harmless && oldest.contains_key(&k) {
                     at_risk.insert(k);
                 }
@@ -310,16 +365,9 @@ pub(crate) fn judge(
                     at_risk.insert(k);
                 }
             }
-            _ => {
-                // Unknown owner: any file with a write pending from before the hole may have
-                // had a newer one in it.
-                let before: Vec<Key> = oldest
-                    .keys()
-                    .filter(|k| pending_before(k, d.before_seq))
-                    .copied()
-                    .collect();
-                at_risk.extend(before);
-            }
+            // Unknown owner: any file with a write pending from before the hole may have had a
+            // newer one in it.
+            _ => at_risk.extend(unknown(d.before_seq)),
         }
     }
     at_risk

@@ -185,7 +185,11 @@ fn damage_whose_owner_is_unknown_sets_aside_every_file_with_older_writes() {
     poke(&dir, r.seg, r.off, b"XXXX");
     let (j, rp) = open(&dir, cfg());
     assert_eq!(rp.damage.len(), 1);
-    assert!(rp.damage[0].file.is_none() && !rp.damage[0].harmless);
+    // Its identity, where a DATA record keeps it, still names file 1 (reported by name); but
+    // the header is no proof the stretch is one record, so every file with an older pending
+    // write is set aside too.
+    assert_eq!(rp.damage[0].file.as_ref().map(|f| f.ino), Some(1));
+    assert!(!rp.damage[0].harmless);
     let mut rest = all.clone();
     rest.remove(&r.seq);
     // Every file with a write pending from before it (3's pending writes all come after).
@@ -291,7 +295,7 @@ fn a_segment_cut_short_missing_or_misnamed_is_damage_not_a_refusal() {
         }
         let (j, rp) = open(&dir, cfg());
         assert!(!rp.damage.is_empty(), "{case}");
-        assert!(rp.harmful_damage().all(|d| d.file.is_none()), "{case}");
+        assert!(rp.harmful_damage().next().is_some(), "{case}");
         // Every record of segment 3 on is replayed or set aside, none silently dropped.
         let later: Vec<u64> = all.keys().copied().filter(|&s| s >= first_of(3)).collect();
         for s in later {

@@ -139,17 +139,26 @@ impl BinMount {
         );
     }
 
+    /// `fusermount3 -u`, retried for a few seconds while the mount is busy: a file just
+    /// closed by another thread of the test can still be held for a moment on a loaded
+    /// machine (seen once under the whole suite).
     pub fn unmount(&self) {
-        let out = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fusermount3 -u failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let out = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !err.contains("busy") || std::time::Instant::now() >= deadline {
+                panic!("fusermount3 -u failed: {err}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// `tierfs stats --json`, parsed.
