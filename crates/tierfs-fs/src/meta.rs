@@ -57,6 +57,10 @@ pub struct MetaCache {
     attrs: DashMap<Ident, (Attr, Instant)>,
     dirs: DashMap<Ident, Listing>,
     links: DashMap<Ident, (OsString, Attr)>,
+    /// Objects the store said have no `security.capability` attribute, and when. The kernel
+    /// asks for it before every write to a file (to clear file capabilities, as for setuid):
+    /// one store round trip per write on a network store.
+    no_caps: DashMap<Ident, Instant>,
     /// `meta.ttl`; changes at run time (`tierfs ctl set`).
     ttl: AtomicDuration,
     /// Bound on attribute records plus listing entries (`meta.max_entries`); changes at run
@@ -87,6 +91,7 @@ impl MetaCache {
             attrs: DashMap::new(),
             dirs: DashMap::new(),
             links: DashMap::new(),
+            no_caps: DashMap::new(),
             ttl: AtomicDuration::new(ttl),
             max_entries: AtomicUsize::new(max_entries),
             stale_ok: Arc::default(),
@@ -133,6 +138,24 @@ impl MetaCache {
 
     fn fresh(&self, at: Instant) -> bool {
         at.elapsed() < self.ttl() || self.stale_ok.load(Relaxed)
+    }
+
+    /// The store said within `meta.ttl` that `id` has no `security.capability`.
+    pub fn has_no_caps(&self, id: Ident) -> bool {
+        self.no_caps.get(&id).is_some_and(|t| self.fresh(*t))
+    }
+
+    pub fn put_no_caps(&self, id: Ident) {
+        if self.enabled() {
+            if self.no_caps.len() >= self.max_entries() {
+                self.no_caps.clear();
+            }
+            self.no_caps.insert(id, Instant::now());
+        }
+    }
+
+    pub fn drop_no_caps(&self, id: Ident) {
+        self.no_caps.remove(&id);
     }
 
     /// Attributes validated within `meta.ttl`.

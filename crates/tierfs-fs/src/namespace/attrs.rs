@@ -9,7 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::KIND_LINK;
-use tierfs_store::{Result, StatFs, Store};
+use tierfs_store::{Errno, Result, StatFs, Store};
 
 impl<S: Store> Namespace<S> {
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
@@ -61,7 +61,17 @@ impl<S: Store> Namespace<S> {
 
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
-        self.sh.store.getxattr(&self.node(&i)?, name)
+        // Asked by the kernel before every write (see `MetaCache::has_no_caps`): answered
+        // from the cache within `meta.ttl`, like attributes.
+        let caps = name.as_encoded_bytes() == b"security.capability";
+        if caps && self.meta.has_no_caps(i.id()) {
+            return Err(Errno::ENODATA);
+        }
+        let r = self.sh.store.getxattr(&self.node(&i)?, name);
+        if caps && r == Err(Errno::ENODATA) {
+            self.meta.put_no_caps(i.id());
+        }
+        r
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
@@ -87,6 +97,7 @@ impl<S: Store> Namespace<S> {
 
     pub(crate) fn after_xattr_change(&self, i: &Arc<Inode<St<S>>>) {
         self.meta.drop_attr(i.id());
+        self.meta.drop_no_caps(i.id());
         let Ok(node) = self.node(i) else { return };
         if let (Some(st), Ok(attr)) = (&i.file, self.sh.store.getattr(&node)) {
             self.meta.put_attr(&attr, Instant::now());
