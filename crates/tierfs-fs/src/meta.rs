@@ -60,7 +60,7 @@ pub struct MetaCache {
     /// Objects the store said have no `security.capability` attribute, and when. The kernel
     /// asks for it before every write to a file (to clear file capabilities, as for setuid):
     /// one store round trip per write on a network store.
-    no_caps: DashMap<Ident, Instant>,
+    no_caps: DashMap<Ident, (Instant, i32)>,
     /// `meta.ttl`; changes at run time (`tierfs ctl set`).
     ttl: AtomicDuration,
     /// Bound on attribute records plus listing entries (`meta.max_entries`); changes at run
@@ -140,17 +140,21 @@ impl MetaCache {
         at.elapsed() < self.ttl() || self.stale_ok.load(Relaxed)
     }
 
-    /// The store said within `meta.ttl` that `id` has no `security.capability`.
-    pub fn has_no_caps(&self, id: Ident) -> bool {
-        self.no_caps.get(&id).is_some_and(|t| self.fresh(*t))
+    /// The errno the store gave within `meta.ttl` when asked for `id`'s `security.capability`
+    /// (ENODATA: none; ENOTSUP: a store without xattrs, e.g. sshfs).
+    pub fn no_caps(&self, id: Ident) -> Option<i32> {
+        self.no_caps
+            .get(&id)
+            .filter(|e| self.fresh(e.0))
+            .map(|e| e.1)
     }
 
-    pub fn put_no_caps(&self, id: Ident) {
+    pub fn put_no_caps(&self, id: Ident, errno: i32) {
         if self.enabled() {
             if self.no_caps.len() >= self.max_entries() {
                 self.no_caps.clear();
             }
-            self.no_caps.insert(id, Instant::now());
+            self.no_caps.insert(id, (Instant::now(), errno));
         }
     }
 

@@ -64,12 +64,17 @@ impl<S: Store> Namespace<S> {
         // Asked by the kernel before every write (see `MetaCache::has_no_caps`): answered
         // from the cache within `meta.ttl`, like attributes.
         let caps = name.as_encoded_bytes() == b"security.capability";
-        if caps && self.meta.has_no_caps(i.id()) {
-            return Err(Errno::ENODATA);
+        if caps {
+            if let Some(e) = self.meta.no_caps(i.id()) {
+                return Err(Errno(e));
+            }
         }
         let r = self.sh.store.getxattr(&self.node(&i)?, name);
-        if caps && r == Err(Errno::ENODATA) {
-            self.meta.put_no_caps(i.id());
+        match r {
+            Err(e) if caps && (e == Errno::ENODATA || e == Errno::ENOTSUP) => {
+                self.meta.put_no_caps(i.id(), e.0)
+            }
+            _ => {}
         }
         r
     }
