@@ -122,20 +122,8 @@ fn valid_at(
     seed: u32,
     last_seq: u64,
 ) -> Result<bool, JournalError> {
-    let mut hdr = [0u8; HDR];
-    if io::read_at_most(file, &mut hdr, off).map_err(io_err("read", path))? < HDR {
-        return Ok(false);
-    }
-    let HeaderCheck::Ok(h) = format::parse_header(&hdr) else {
-        return Ok(false);
-    };
-    if h.seq <= last_seq || off + HDR as u64 + h.len as u64 > size {
-        return Ok(false);
-    }
-    let mut payload = vec![0u8; h.len as usize];
-    let got =
-        io::read_at_most(file, &mut payload, off + HDR as u64).map_err(io_err("read", path))?;
-    Ok(got == payload.len() && format::crc_ok(seed, &hdr, &h, &payload))
+    let mut payload = Vec::new();
+    Ok(super::record::read_record(file, path, off, size, seed, last_seq, &mut payload)?.is_ok())
 }
 
 /// What the damaged record at `off` claims to be, read from its own bytes; `next` is where the

@@ -16,6 +16,7 @@ mod error;
 mod format;
 mod inspect;
 mod io;
+mod record;
 mod replay;
 mod space;
 mod stats;
