@@ -10,12 +10,14 @@ mod errno;
 mod fault;
 mod identity;
 mod posix;
+mod stat_fanout;
 
 pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
 pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
-pub use posix::{PosixHandle, PosixNode, PosixStore, STAT_CONCURRENCY};
+pub use posix::{PosixHandle, PosixNode, PosixStore};
+pub use stat_fanout::{StatFanout, STAT_CONCURRENCY};
 
 use std::ffi::{OsStr, OsString};
 

@@ -7,6 +7,7 @@
 //! descriptor's own `/proc/self/fd/N` entry, which names exactly that inode.
 
 use crate::identity::{decide, mount_of};
+use crate::stat_fanout::StatFanout;
 use crate::{
     Attr, DirEntry, Errno, Identity, IdentityChoice, Owner, Result, SetAttr, StatFs, Store,
     TimeUpdate,
@@ -87,18 +88,9 @@ pub struct PosixStore {
     identity: Identity,
     /// Why `identity` is what it is, for the log.
     identity_why: String,
-    /// `store.stat_concurrency` (see [`PosixStore::stat_entries`]).
-    stat_concurrency: std::sync::atomic::AtomicUsize,
-    /// [`PARALLEL_STAT_AFTER`]; tests lower it.
-    parallel_stat_after: std::time::Duration,
+    /// One by one or many at a time, for a listing's stats (`store.stat_concurrency`).
+    stat_fanout: StatFanout,
 }
-
-/// Entries of a listing stat'ed one by one before deciding whether the store is slow.
-const PROBE_STATS: usize = 8;
-/// A store that takes longer than this per `fstatat` gets them many at a time.
-const PARALLEL_STAT_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
-/// The default of `store.stat_concurrency`.
-pub const STAT_CONCURRENCY: usize = 32;
 
 /// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
 fn fchown_node(node: &PosixNode, uid: u32, gid: u32) -> Result<()> {
@@ -287,67 +279,32 @@ impl PosixStore {
     }
 
     /// `fstatat` of the entries `wanted` of `names` in the directory `dirfd` (None: gone, or
-    /// not asked). On a local disk one takes microseconds, and they go one after another. On
-    /// a network store each is a round trip (sshfs, SMB, an NFS client whose attribute cache
-    /// has expired: 1,000 entries at 5 ms are 5 s), so once the first few have shown that
-    /// one takes longer than [`PARALLEL_STAT_AFTER`], the rest go `stat_concurrency` at a
-    /// time (a listing of 1,000 entries then costs some 30 round trips' worth of time).
+    /// not asked), one by one or many at a time as [`StatFanout`] finds faster for this store.
     fn stat_entries(
         &self,
         dirfd: RawFd,
         names: &[(CString, u64, Option<crate::FileKind>)],
         wanted: &[usize],
     ) -> Vec<Option<Attr>> {
-        let stat_one = |name: &CStr| {
+        let stat_one = |i: usize| {
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let r =
-                unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+            let r = unsafe {
+                libc::fstatat(
+                    dirfd,
+                    names[i].0.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
             (r == 0).then(|| Attr::from_stat(&st))
         };
-        let mut out = vec![None; names.len()];
-        let probe = wanted.len().min(PROBE_STATS);
-        let t = std::time::Instant::now();
-        for &i in &wanted[..probe] {
-            out[i] = stat_one(&names[i].0);
-        }
-        let rest = &wanted[probe..];
-        let slow = probe > 0 && t.elapsed() / probe as u32 >= self.parallel_stat_after;
-        let threads = self
-            .stat_concurrency
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .min(rest.len().div_ceil(4));
-        if !slow || threads <= 1 {
-            for &i in rest {
-                out[i] = stat_one(&names[i].0);
-            }
-            return out;
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let results = parking_lot::Mutex::new(Vec::with_capacity(rest.len()));
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&i) = rest.get(k) else { break };
-                        mine.push((i, stat_one(&names[i].0)));
-                    }
-                    results.lock().extend(mine);
-                });
-            }
-        });
-        for (i, a) in results.into_inner() {
-            out[i] = a;
-        }
-        out
+        self.stat_fanout.stat_all(names.len(), wanted, stat_one).0
     }
 
     /// `store.stat_concurrency`: how many entries of a listing are stat'ed at once on a
     /// slow store.
     pub fn set_stat_concurrency(&self, n: usize) {
-        self.stat_concurrency
-            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        self.stat_fanout.set_concurrency(n);
     }
 
     /// Opens BACKING. Fails (with a message fit for the user) if it is missing or not a directory.
@@ -383,8 +340,7 @@ impl PosixStore {
             fstype,
             identity,
             identity_why,
-            stat_concurrency: std::sync::atomic::AtomicUsize::new(STAT_CONCURRENCY),
-            parallel_stat_after: PARALLEL_STAT_AFTER,
+            stat_fanout: StatFanout::default(),
         })
     }
 
@@ -1097,7 +1053,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let serial = PosixStore::open(dir.path()).unwrap();
         let mut parallel = PosixStore::open(dir.path()).unwrap();
-        parallel.parallel_stat_after = std::time::Duration::ZERO;
+        parallel.stat_fanout = StatFanout::new(crate::STAT_CONCURRENCY, std::time::Duration::ZERO);
         let list = |s: &PosixStore| {
             let (root, _) = s.root().unwrap();
             let mut v: Vec<_> = s
