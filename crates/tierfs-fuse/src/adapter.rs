@@ -1,4 +1,5 @@
 use crate::attr::{file_attr, kind, timespec};
+use crate::plus::fill_plus_page;
 use fuser::{
     CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -139,80 +140,6 @@ fn entry_reply(
         ),
         Err(e) => reply.error(errno(e)),
     }
-}
-
-/// One READDIRPLUS entry: the entry, its attributes, their TTL, and whether the kernel
-/// takes a lookup reference on it (all but `.` and `..`).
-type PlusEntry = (tierfs_fs::DirEntryOut, tierfs_fs::Attr, Duration, bool);
-
-impl<S: Store> Adapter<S> {
-    /// A READDIRPLUS page answered from memory, or None (nothing taken) if any entry would
-    /// need I/O.
-    fn readdirplus_page_fast(&self, ino: u64, fh: u64, offset: u64) -> Option<Vec<PlusEntry>> {
-        let fs = &self.fs;
-        let entries = fs.readdir(fh, offset).ok()?;
-        let (dir_attr, _) = fs.getattr_fast(ino)?;
-        let ttl = self.ttls.attr.get().min(self.ttls.entry.get());
-        plus_page(fs, entries, dir_attr, ttl, |name| {
-            fs.lookup_fast(ino, name, 0)
-        })
-    }
-}
-
-/// The READDIRPLUS entries for `entries`, each looked up with `lookup`. The kernel takes a
-/// lookup reference on every entry but `.` and `..`. An entry whose lookup fails is skipped
-/// (gone since opendir); if `lookup` cannot answer (None), the references taken so far are
-/// given back and there is no page.
-fn plus_page<S: Store>(
-    fs: &Fs<S>,
-    entries: Vec<tierfs_fs::DirEntryOut>,
-    dir_attr: tierfs_fs::Attr,
-    ttl: Duration,
-    mut lookup: impl FnMut(&std::ffi::OsStr) -> Option<tierfs_fs::Result<tierfs_fs::Entry>>,
-) -> Option<Vec<PlusEntry>> {
-    let mut page: Vec<PlusEntry> = Vec::with_capacity(entries.len());
-    for e in entries {
-        if e.name == "." || e.name == ".." {
-            page.push((e, dir_attr, Duration::ZERO, false));
-            continue;
-        }
-        match lookup(&e.name) {
-            Some(Ok(entry)) => {
-                let t = ttl.saturating_sub(entry.age);
-                page.push((e, entry.attr, t, true));
-            }
-            Some(Err(_)) => continue,
-            None => {
-                for (_, a, _, counted) in &page {
-                    if *counted {
-                        fs.forget(a.ino, 1);
-                    }
-                }
-                return None;
-            }
-        }
-    }
-    Some(page)
-}
-
-/// Sends a READDIRPLUS page; the entries that did not fit give their lookup reference back.
-fn send_plus_page<S: Store>(fs: &Fs<S>, mut reply: ReplyDirectoryPlus, page: Vec<PlusEntry>) {
-    for (e, attr, ttl, counted) in page {
-        if reply.add(
-            INodeNo(attr.ino),
-            e.next_offset,
-            &e.name,
-            &ttl,
-            &file_attr(&attr),
-            Generation(0),
-        ) {
-            if counted {
-                fs.forget(attr.ino, 1);
-            }
-            break;
-        }
-    }
-    reply.ok();
 }
 
 impl<S: Store> Filesystem for Adapter<S> {
@@ -613,12 +540,21 @@ impl<S: Store> Filesystem for Adapter<S> {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        // From the metadata cache right here when every entry is in it: a `grep -r` or `find`
-        // then costs no thread hand-off per directory either.
-        if let Some(page) = self.readdirplus_page_fast(ino.0, fh.0, offset) {
-            return send_plus_page(&self.fs, reply, page);
-        }
+        // From the metadata cache right here when the entries are in it: a `grep -r` or
+        // `find` then costs no thread hand-off per directory either.
         let ttl = self.ttls.attr.get().min(self.ttls.entry.get());
+        let fs = &self.fs;
+        let reply = match (fs.readdir(fh.0, offset), fs.getattr_fast(ino.0)) {
+            (Ok(entries), Some((dir_attr, _))) => {
+                match fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
+                    fs.lookup_fast(ino.0, name, 0)
+                }) {
+                    Ok(()) => return,
+                    Err(reply) => reply,
+                }
+            }
+            _ => reply,
+        };
         self.spawn(move |fs, _, _| {
             let entries = match fs.readdir(fh.0, offset) {
                 Ok(e) => e,
@@ -628,10 +564,10 @@ impl<S: Store> Filesystem for Adapter<S> {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(e)),
             };
-            let page = plus_page(fs, entries, dir_attr, ttl, |name| {
+            // `lookup` always answers here, so the reply is never handed back.
+            let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
                 Some(fs.lookup(ino.0, name))
             });
-            send_plus_page(fs, reply, page.unwrap_or_default());
         });
     }
 

@@ -10,6 +10,7 @@ mod adapter;
 mod attr;
 mod kernel_cache;
 mod mount;
+mod plus;
 
 pub use adapter::KernelTtls;
 pub use mount::{find_mount, mount, mount_device, FuseConfig, MountInfo, Mounted, Unmounter};
