@@ -1,0 +1,43 @@
+//! object_store's errors as errnos an application understands.
+
+use tierfs_store::Errno;
+
+/// The errno for `e`; anything the server or the network did that has no POSIX meaning is
+/// EIO (logged by the caller with the error's text).
+pub fn errno(e: &object_store::Error) -> Errno {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => Errno::ENOENT,
+        // The object changed since we read its ETag: the handle's version is gone.
+        E::Precondition { .. } => Errno(libc::ESTALE),
+        E::AlreadyExists { .. } => Errno(libc::EEXIST),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => Errno(libc::EACCES),
+        E::NotSupported { .. } | E::NotImplemented { .. } => Errno(libc::ENOTSUP),
+        E::InvalidPath { .. } => Errno(libc::EINVAL),
+        _ => Errno::EIO,
+    }
+}
+
+/// A one-line description of `e` for the user: S3's error code where the server gave one
+/// (object_store puts the whole XML body in its message).
+pub fn describe(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let code = text
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map(|(code, _)| code.to_string());
+    match code.as_deref() {
+        Some("NoSuchBucket") => "no such bucket".into(),
+        Some(c @ ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AccessDenied")) => {
+            format!("the server refused the credentials ({c})")
+        }
+        Some(c) => format!("the server answered {c}"),
+        None => text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(300)
+            .collect(),
+    }
+}

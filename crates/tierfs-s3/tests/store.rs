@@ -1,0 +1,175 @@
+//! S3Store against a real S3 server (versitygw, scripts/s3-server): the namespace a bucket's
+//! keys imply, ranged reads, versions by ETag, errors.
+
+mod server;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
+use object_store::{ObjectStoreExt, PutPayload};
+use server::{S3Server, ACCESS, SECRET};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use tierfs_s3::{Credentials, S3Config, S3Store};
+use tierfs_store::{Errno, FileKind, Store};
+
+fn config(s: &S3Server, bucket: &str, prefix: &str, secret: &str) -> S3Config {
+    S3Config {
+        bucket: bucket.into(),
+        prefix: prefix.into(),
+        endpoint: Some(s.endpoint.clone()),
+        region: "us-east-1".into(),
+        credentials: Credentials {
+            access_key_id: ACCESS.into(),
+            secret_access_key: secret.into(),
+            session_token: None,
+            source: "test".into(),
+        },
+    }
+}
+
+/// Puts objects through the S3 API (another client, as another host would).
+struct Putter {
+    rt: tokio::runtime::Runtime,
+    s3: object_store::aws::AmazonS3,
+}
+
+impl Putter {
+    fn new(s: &S3Server, bucket: &str) -> Putter {
+        let s3 = AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region("us-east-1")
+            .with_endpoint(&s.endpoint)
+            .with_allow_http(true)
+            .with_access_key_id(ACCESS)
+            .with_secret_access_key(SECRET)
+            .build()
+            .unwrap();
+        Putter {
+            rt: tokio::runtime::Runtime::new().unwrap(),
+            s3,
+        }
+    }
+
+    fn put(&self, key: &str, data: &[u8]) {
+        let p = PutPayload::from(data.to_vec());
+        self.rt
+            .block_on(self.s3.put(&Key::parse(key).unwrap(), p))
+            .unwrap();
+    }
+}
+
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn names(store: &S3Store, node: &tierfs_s3::S3Node) -> BTreeMap<String, (FileKind, u64)> {
+    store
+        .readdir_plus(node)
+        .unwrap()
+        .into_iter()
+        .map(|(e, a)| {
+            let a = a.expect("a listing gives every entry's attributes");
+            (e.name.into_string().unwrap(), (a.kind, a.size))
+        })
+        .collect()
+}
+
+#[test]
+fn a_bucket_reads_as_a_tree_and_versions_follow_the_etag() {
+    let server = S3Server::start(&["data"]);
+    let put = Putter::new(&server, "data");
+    let big = bytes(1, 3 << 20);
+    put.put("pre/a.txt", b"hello\n");
+    put.put("pre/d/big.bin", &big);
+    put.put("pre/d/e/deep", b"deep");
+    put.put("pre/d/e/other", b"");
+    put.put("outside", b"not under the prefix");
+    let store = S3Store::open(config(&server, "data", "pre", SECRET)).unwrap();
+
+    let (root, rattr) = store.root().unwrap();
+    assert_eq!(rattr.kind, FileKind::Dir);
+    let top = names(&store, &root);
+    assert_eq!(
+        top,
+        BTreeMap::from([
+            ("a.txt".into(), (FileKind::File, 6)),
+            ("d".into(), (FileKind::Dir, 4096))
+        ])
+    );
+    let (d, da) = store.lookup(&root, OsStr::new("d")).unwrap();
+    assert_eq!(da.kind, FileKind::Dir);
+    assert_eq!(
+        names(&store, &d),
+        BTreeMap::from([
+            ("big.bin".into(), (FileKind::File, big.len() as u64)),
+            ("e".into(), (FileKind::Dir, 4096))
+        ])
+    );
+    assert_eq!(
+        store.lookup(&root, OsStr::new("nothing")).unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        store.lookup(&root, OsStr::new("outside")).unwrap_err(),
+        Errno::ENOENT
+    );
+
+    // Ranged reads, short at the end only.
+    let (f, fa) = store.lookup(&d, OsStr::new("big.bin")).unwrap();
+    assert_eq!(fa.size, big.len() as u64);
+    let h = store.open(&f, libc::O_RDONLY).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for off in [0usize, 12345, (3 << 20) - 100] {
+        let n = store.read(&h, off as u64, &mut buf).unwrap();
+        assert_eq!(n, (big.len() - off).min(buf.len()));
+        assert!(buf[..n] == big[off..off + n], "bytes at {off}");
+    }
+    assert_eq!(store.read(&h, big.len() as u64, &mut buf).unwrap(), 0);
+
+    // Overwritten behind our back with the same size: a new fingerprint (ETag), and the
+    // handle opened at the old version reads nothing of the new one.
+    let v2 = bytes(2, big.len());
+    put.put("pre/d/big.bin", &v2);
+    let fa2 = store.getattr(&f).unwrap();
+    assert_eq!(fa2.size, fa.size);
+    assert_ne!(fa2.fingerprint(), fa.fingerprint());
+    assert_eq!(store.read(&h, 0, &mut buf).unwrap_err(), Errno::ESTALE);
+    let h2 = store.open(&f, libc::O_RDONLY).unwrap();
+    let n = store.read(&h2, 0, &mut buf).unwrap();
+    assert!(buf[..n] == v2[..n]);
+
+    // Read-only for now: a clear errno, nothing changed.
+    assert_eq!(
+        store.open(&f, libc::O_WRONLY).err(),
+        Some(Errno(libc::EROFS))
+    );
+    assert_eq!(
+        store.unlink(&d, OsStr::new("big.bin")).unwrap_err(),
+        Errno(libc::EROFS)
+    );
+}
+
+#[test]
+fn wrong_credentials_or_bucket_are_one_clear_error() {
+    let server = S3Server::start(&["data"]);
+    let e = S3Store::open(config(&server, "data", "", "wrong"))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("s3://data") && e.contains("refused the credentials"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let e = S3Store::open(config(&server, "nobucket", "", SECRET))
+        .err()
+        .unwrap();
+    assert!(e.contains("no such bucket"), "{e}");
+}
