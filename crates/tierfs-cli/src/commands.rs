@@ -2,18 +2,18 @@
 //! (docs/control.md). A new command is one arm in [`Daemon::handle`] and its name in
 //! [`COMMANDS`].
 
+use crate::any_store::AnyStore;
 use crate::control::error;
 use crate::runtime::Tunables;
 use serde_json::Value;
 use std::sync::Arc;
 use tierfs_fs::Fs;
-use tierfs_store::PosixStore;
 
 /// The commands the daemon knows, for the message about an unknown one.
 pub const COMMANDS: &[&str] = &["stats", "get", "set", "warm", "evict", "sync"];
 
 pub struct Daemon {
-    pub fs: Arc<Fs<PosixStore>>,
+    pub fs: Arc<Fs<AnyStore>>,
     pub tunables: Tunables,
 }
 

@@ -29,6 +29,11 @@ pub struct Config {
     ram_min_set: bool,
     /// `metrics_addr`: where the Prometheus endpoint listens; off by default.
     pub metrics_addr: Option<SocketAddr>,
+    /// `s3.endpoint`: the S3-compatible server of an `s3://` store; None = AWS (or
+    /// AWS_ENDPOINT_URL).
+    pub s3_endpoint: Option<String>,
+    /// `s3.region`; None = AWS_REGION, ~/.aws/config, else us-east-1.
+    pub s3_region: Option<String>,
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     wb_soft_set: bool,
     wb_journal_set: bool,
@@ -127,6 +132,8 @@ impl Default for Config {
             pressure_enable: true,
             ram_min_set: false,
             metrics_addr: None,
+            s3_endpoint: None,
+            s3_region: None,
             wb_soft_set: false,
             wb_journal_set: false,
             wb_hard_set: false,
@@ -304,6 +311,8 @@ impl Config {
         "allow_other",
         "ro",
         "metrics_addr",
+        "s3.endpoint",
+        "s3.region",
         "ssd.enable",
         "ssd.max_size",
         "ssd.max_fill_pct",
@@ -361,6 +370,8 @@ impl Config {
             "metrics_addr" => self
                 .metrics_addr
                 .map_or_else(|| "off".into(), |a| a.to_string()),
+            "s3.endpoint" => self.s3_endpoint.clone().unwrap_or_else(|| "auto".into()),
+            "s3.region" => self.s3_region.clone().unwrap_or_else(|| "auto".into()),
             "ssd.enable" => format_bool(self.ssd_enable),
             "ssd.max_size" => format_size(ssd.max_size),
             "ssd.max_fill_pct" => ssd.max_fill_pct.to_string(),
@@ -566,6 +577,22 @@ impl Config {
                 "allow_other" => self.fuse.allow_other = parse_bool(value)?,
                 "ro" => self.fuse.read_only = parse_bool(value)?,
                 "metrics_addr" => self.metrics_addr = parse_metrics_addr(value)?,
+                "s3.endpoint" => {
+                    let v = value.trim();
+                    self.s3_endpoint = match v {
+                        "" | "auto" => None,
+                        v if v.starts_with("http://") || v.starts_with("https://") => {
+                            Some(v.trim_end_matches('/').to_string())
+                        }
+                        _ => bail!("an endpoint is a URL: http://HOST:PORT or https://HOST"),
+                    }
+                }
+                "s3.region" => {
+                    self.s3_region = match value.trim() {
+                        "" | "auto" => None,
+                        v => Some(v.to_string()),
+                    }
+                }
                 _ => bail!("unknown option"),
             }
             Ok(())

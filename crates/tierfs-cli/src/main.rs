@@ -1,5 +1,6 @@
 //! The `tierfs` command.
 
+mod any_store;
 mod cache_cmd;
 mod commands;
 mod config;
@@ -32,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Mount BACKING (any directory: local, NFS, SMB) at MOUNTPOINT through the cache.
+    /// Mount BACKING (any directory: local, NFS, SMB, sshfs; or s3://BUCKET[/PREFIX]) at
+    /// MOUNTPOINT through the cache.
     Mount {
         backing: PathBuf,
         mountpoint: PathBuf,
@@ -57,6 +59,14 @@ enum Cmd {
         /// 127.0.0.1, IP:PORT as given (same as -o metrics_addr=ADDR; off by default)
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<String>,
+        /// The S3-compatible server of an s3:// store, http(s)://HOST[:PORT] (same as
+        /// -o s3.endpoint=URL; default: AWS, or AWS_ENDPOINT_URL)
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// The region of an s3:// store (same as -o s3.region=; default: AWS_REGION,
+        /// ~/.aws/config, else us-east-1)
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Print the counters of a running mount.
     /// Write every dirty byte to the store (with progress), then unmount and wait for the
@@ -212,6 +222,8 @@ fn main() {
             foreground,
             reset_cache,
             metrics_addr,
+            endpoint,
+            region,
         } => (|| {
             // `-o cache_dir=DIR` and `-o config=FILE` are `--cache-dir` and `--config` for
             // an fstab line, which has nothing but its options field to give them.
@@ -244,6 +256,12 @@ fn main() {
             }
             if let Some(a) = &metrics_addr {
                 config.set("metrics_addr", a)?;
+            }
+            if let Some(e) = &endpoint {
+                config.set("s3.endpoint", e)?;
+            }
+            if let Some(r) = &region {
+                config.set("s3.region", r)?;
             }
             mount_cmd::run(mount_cmd::MountArgs {
                 backing,

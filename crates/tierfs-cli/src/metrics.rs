@@ -7,13 +7,13 @@
 //! without the suffix (`tierfs_ram_bytes`); booleans are 0/1 gauges; strings (the store id,
 //! the write-back mode) become labels of `tierfs_info`.
 
+use crate::any_store::AnyStore;
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tierfs_fs::{Fs, GAUGES};
-use tierfs_store::PosixStore;
 
 fn walk<'a>(path: &mut Vec<&'a str>, v: &'a Value, out: &mut Vec<(String, &'a Value)>) {
     match v {
@@ -81,7 +81,7 @@ pub fn render(stats: &Value) -> String {
 
 /// Binds the endpoint (before mounting: a bad or busy address fails the mount) and serves it
 /// on a thread. Returns the address bound (port 0 asks for a free one).
-pub fn start(addr: SocketAddr, fs: Arc<Fs<PosixStore>>) -> Result<SocketAddr> {
+pub fn start(addr: SocketAddr, fs: Arc<Fs<AnyStore>>) -> Result<SocketAddr> {
     let server =
         tiny_http::Server::http(addr).map_err(|e| anyhow!("metrics address {addr}: {e}"))?;
     let bound = server
@@ -98,7 +98,7 @@ pub fn start(addr: SocketAddr, fs: Arc<Fs<PosixStore>>) -> Result<SocketAddr> {
     Ok(bound)
 }
 
-fn respond(rq: tiny_http::Request, fs: &Fs<PosixStore>) -> std::io::Result<()> {
+fn respond(rq: tiny_http::Request, fs: &Fs<AnyStore>) -> std::io::Result<()> {
     use tiny_http::{Header, Method, Response};
     let text = |s: String, ctype: &str, code: u16| {
         let h = Header::from_bytes("Content-Type", ctype).expect("valid header");

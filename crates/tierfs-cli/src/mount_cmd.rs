@@ -2,6 +2,7 @@
 //! gets one clear line on stderr and a non-zero exit; then (unless --foreground) detaches and
 //! returns only once the mount is up, like mount(8).
 
+use crate::any_store::AnyStore;
 use crate::config::Config;
 use crate::{commands, control, runtime};
 use anyhow::{bail, Context, Result};
@@ -140,13 +141,38 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
     Ok(lock)
 }
 
+/// The store BACKING names: an `s3://` URL (`s3_url`) or a directory.
+fn open_store(args: &MountArgs, s3_url: Option<&str>) -> Result<AnyStore> {
+    if let Some(url) = s3_url {
+        let cfg = tierfs_s3::S3Config::resolve(
+            url,
+            args.config.s3_endpoint.clone(),
+            args.config.s3_region.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let s3 = tierfs_s3::S3Store::open(cfg).map_err(|e| anyhow::anyhow!(e))?;
+        return Ok(AnyStore::S3(Box::new(s3)));
+    }
+    let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
+    store.set_stat_concurrency(args.config.store_stat_concurrency);
+    Ok(AnyStore::Posix(store))
+}
+
 pub fn run(mut args: MountArgs) -> Result<()> {
     // Before any thread exists: one malloc arena, so that memory the RAM tier frees is
     // reused and its size bounds the daemon's (see `one_malloc_arena`).
     tierfs_fs::one_malloc_arena();
     // Everything that can be checked is checked before detaching.
-    let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
-    store.set_stat_concurrency(args.config.store_stat_concurrency);
+    let s3_url = args
+        .backing
+        .to_str()
+        .filter(|b| b.starts_with("s3://"))
+        .map(str::to_string);
+    let store = open_store(&args, s3_url.as_deref())?;
+    if s3_url.is_some() && !args.config.fuse.read_only {
+        // This step of the S3 store is read-only: the kernel refuses writes at once.
+        args.config.fuse.read_only = true;
+    }
     let mountpoint = args
         .mountpoint
         .canonicalize()
@@ -168,7 +194,9 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     // from another directory must find it (a relative `--cache-dir c` was registered as `c`).
     let cache_dir = std::path::absolute(&cache_dir)
         .with_context(|| format!("cache dir {}", cache_dir.display()))?;
-    check_nesting(&args.backing, &mountpoint, &cache_dir)?;
+    if s3_url.is_none() {
+        check_nesting(&args.backing, &mountpoint, &cache_dir)?;
+    }
     let lock = prepare_cache_dir(&cache_dir)?;
     if let Ok((total, _)) = tierfs_cache::device_space(&cache_dir) {
         args.config.fit_writeback_to(total);
@@ -186,7 +214,10 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     }
     let mut config = args.config;
     if config.fuse.fsname == "tierfs" {
-        config.fuse.fsname = args.backing.canonicalize()?.to_string_lossy().into_owned();
+        config.fuse.fsname = match &s3_url {
+            Some(url) => url.clone(),
+            None => args.backing.canonicalize()?.to_string_lossy().into_owned(),
+        };
     }
 
     let ready = if args.foreground {
@@ -342,7 +373,7 @@ fn open_ssd(
 
 #[allow(clippy::too_many_arguments)]
 fn serve(
-    store: PosixStore,
+    store: AnyStore,
     mountpoint: &Path,
     cache_dir: &Path,
     config: Config,
@@ -372,6 +403,17 @@ fn serve(
         },
         store.identity_reason()
     );
+    if let AnyStore::S3(s3) = &store {
+        let c = s3.config();
+        tracing::info!(
+            "S3 store: bucket {} prefix {:?} at {} (region {}), credentials from {}; read-only in this version",
+            c.bucket,
+            c.prefix,
+            c.endpoint.as_deref().unwrap_or("AWS"),
+            c.region,
+            c.credentials.source
+        );
+    }
     let setup = (|| -> Result<_> {
         let ssd = open_ssd(cache_dir, store.store_id(), &config, reset_cache)?;
         let fs = tierfs_fs::Fs::with_ssd(store, config.fs.clone(), ssd)

@@ -6,17 +6,17 @@
 //! atomic it writes, where the mount reads the tunable). Every other key is refused with the
 //! reason from [`fixed_reason`].
 
+use crate::any_store::AnyStore;
 use crate::config::Config;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tierfs_fs::Fs;
 use tierfs_fuse::KernelTtls;
-use tierfs_store::PosixStore;
 
 /// What a settable tunable is pushed into.
 pub struct Mount {
-    pub fs: Arc<Fs<PosixStore>>,
+    pub fs: Arc<Fs<AnyStore>>,
     pub ttls: Arc<KernelTtls>,
 }
 

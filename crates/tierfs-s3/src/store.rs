@@ -44,18 +44,22 @@ pub struct S3Handle {
 }
 
 pub struct S3Store {
-    rt: tokio::runtime::Runtime,
-    s3: AmazonS3,
+    /// The runtime and client, made at first use: `tierfs mount` checks the bucket before it
+    /// detaches (fork), and a runtime's threads do not survive a fork.
+    client: std::sync::OnceLock<Client>,
     cfg: S3Config,
     id: String,
     owner: (u32, u32),
     born: TimeSpec,
 }
 
-impl S3Store {
-    /// Connects to the bucket and checks that it answers (one listing request), so a wrong
-    /// endpoint, bucket or key is one clear error at mount time.
-    pub fn open(cfg: S3Config) -> std::result::Result<S3Store, String> {
+struct Client {
+    rt: tokio::runtime::Runtime,
+    s3: AmazonS3,
+}
+
+impl Client {
+    fn new(cfg: &S3Config) -> std::result::Result<Client, String> {
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&cfg.bucket)
             .with_region(&cfg.region)
@@ -87,23 +91,33 @@ impl S3Store {
             .enable_all()
             .build()
             .map_err(|e| format!("tokio runtime: {e}"))?;
+        Ok(Client { rt, s3 })
+    }
+}
+
+impl S3Store {
+    /// Connects to the bucket and checks that it answers (one listing request), so a wrong
+    /// endpoint, bucket or key is one clear error at mount time.
+    pub fn open(cfg: S3Config) -> std::result::Result<S3Store, String> {
         let where_ = cfg
             .endpoint
             .clone()
             .unwrap_or_else(|| format!("AWS {}", cfg.region));
-        let id = store_id(&cfg);
         let store = S3Store {
-            rt,
-            s3,
-            id,
+            client: std::sync::OnceLock::new(),
+            id: store_id(&cfg),
             owner: unsafe { (libc::getuid(), libc::getgid()) },
             born: now(),
             cfg,
         };
+        // A client of its own for the check, dropped with its runtime and connections
+        // before the caller forks.
+        let check = Client::new(&store.cfg)?;
         let prefix = store.dir_key("");
-        let first = store
+        let first = check
             .rt
-            .block_on(async { store.s3.list(prefix.as_ref()).next().await.transpose() });
+            .block_on(async { check.s3.list(prefix.as_ref()).next().await.transpose() });
+        drop(check);
         if let Err(e) = first {
             return Err(format!(
                 "s3://{} at {where_}: {}",
@@ -116,6 +130,20 @@ impl S3Store {
 
     pub fn config(&self) -> &S3Config {
         &self.cfg
+    }
+
+    fn client(&self) -> Result<&Client> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        // Made once already by open() with the same configuration: this fails only if the
+        // OS refuses threads.
+        let c = Client::new(&self.cfg).map_err(|e| {
+            tracing::error!("S3 client: {e}");
+            Errno::EIO
+        })?;
+        let _ = self.client.set(c);
+        self.client.get().ok_or(Errno::EIO)
     }
 
     /// The object key of `rel`.
@@ -135,7 +163,7 @@ impl S3Store {
     }
 
     fn run<T>(&self, f: impl std::future::Future<Output = object_store::Result<T>>) -> Result<T> {
-        self.rt.block_on(f).map_err(|e| {
+        self.client()?.rt.block_on(f).map_err(|e| {
             let n = errno(&e);
             if n == Errno::EIO {
                 tracing::warn!("s3://{}: {e}", self.cfg.bucket);
@@ -213,9 +241,10 @@ impl Store for S3Store {
         let key = self.key(&rel)?;
         // The object and anything under `key/`, both at once: one round trip's worth. A
         // directory hides a file of the same name (as mountpoint-s3 does).
-        let (head, under) = self.rt.block_on(async {
-            let head = self.s3.head(&key);
-            let under = async { self.s3.list(Some(&key)).next().await.transpose() };
+        let c = self.client()?;
+        let (head, under) = c.rt.block_on(async {
+            let head = c.s3.head(&key);
+            let under = async { c.s3.list(Some(&key)).next().await.transpose() };
             futures::join!(head, under)
         });
         match under {
@@ -254,7 +283,7 @@ impl Store for S3Store {
             FileKind::Dir => dir_attr(self.owner, self.born),
             _ => {
                 let key = self.key(&node.rel)?;
-                object_attr(&self.run(self.s3.head(&key))?, self.owner)
+                object_attr(&self.run(self.client()?.s3.head(&key))?, self.owner)
             }
         };
         a.ino = if node.rel.is_empty() {
@@ -309,7 +338,7 @@ impl Store for S3Store {
             return Err(EROFS);
         }
         let key = self.key(&node.rel)?;
-        let meta = self.run(self.s3.head(&key))?;
+        let meta = self.run(self.client()?.s3.head(&key))?;
         let mut attr = object_attr(&meta, self.owner);
         attr.ino = key_ino(&node.rel);
         Ok(S3Handle {
@@ -342,7 +371,8 @@ impl Store for S3Store {
             if_match: h.etag.clone(),
             ..Default::default()
         };
-        let bytes = self.run(async { self.s3.get_opts(&key, opts).await?.bytes().await })?;
+        let c = self.client()?;
+        let bytes = self.run(async { c.s3.get_opts(&key, opts).await?.bytes().await })?;
         let n = bytes.len().min(buf.len());
         buf[..n].copy_from_slice(&bytes[..n]);
         if (n as u64) < end - offset {
@@ -400,7 +430,7 @@ impl Store for S3Store {
             return Err(Errno::ENOTDIR);
         }
         let prefix = self.dir_key(&node.rel);
-        let listed = self.run(self.s3.list_with_delimiter(prefix.as_ref()))?;
+        let listed = self.run(self.client()?.s3.list_with_delimiter(prefix.as_ref()))?;
         let rel_of = |name: &str| -> Arc<str> {
             if node.rel.is_empty() {
                 name.into()

@@ -1,0 +1,283 @@
+//! The store a mount serves: a mounted directory (PosixStore) or an S3 bucket (S3Store), as
+//! one type, so the daemon, its control socket and its metrics are built once. Each call goes
+//! to the store the mount was made with; a node or handle of the other kind cannot arise (a
+//! mount has one store), and would be EIO.
+
+use std::ffi::{OsStr, OsString};
+use tierfs_s3::{S3Handle, S3Node, S3Store};
+use tierfs_store::{
+    Attr, DirEntry, Errno, Identity, Owner, PosixHandle, PosixNode, PosixStore, Reconnect, Result,
+    SetAttr, StatFs, Store,
+};
+
+pub enum AnyStore {
+    Posix(PosixStore),
+    S3(Box<S3Store>),
+}
+
+#[derive(Clone)]
+pub enum AnyNode {
+    Posix(PosixNode),
+    S3(S3Node),
+}
+
+pub enum AnyHandle {
+    Posix(PosixHandle),
+    S3(S3Handle),
+}
+
+impl AnyStore {
+    /// Why the store's identity is what it is, for the log.
+    pub fn identity_reason(&self) -> String {
+        match self {
+            AnyStore::Posix(s) => s.identity_reason().to_string(),
+            AnyStore::S3(_) => "an S3 bucket: objects are known by their keys".into(),
+        }
+    }
+}
+
+/// `store.method(node, args...)` on the matching store; a node of the other kind is EIO.
+macro_rules! on_node {
+    ($self:ident, $node:expr, |$s:ident, $n:ident| $body:expr) => {
+        match ($self, $node) {
+            (AnyStore::Posix($s), AnyNode::Posix($n)) => $body,
+            (AnyStore::S3($s), AnyNode::S3($n)) => $body,
+            _ => Err(Errno::EIO),
+        }
+    };
+}
+
+macro_rules! on_handle {
+    ($self:ident, $h:expr, |$s:ident, $n:ident| $body:expr) => {
+        match ($self, $h) {
+            (AnyStore::Posix($s), AnyHandle::Posix($n)) => $body,
+            (AnyStore::S3($s), AnyHandle::S3($n)) => $body,
+            _ => Err(Errno::EIO),
+        }
+    };
+}
+
+fn posix_node(r: Result<(PosixNode, Attr)>) -> Result<(AnyNode, Attr)> {
+    r.map(|(n, a)| (AnyNode::Posix(n), a))
+}
+
+fn s3_node(r: Result<(S3Node, Attr)>) -> Result<(AnyNode, Attr)> {
+    r.map(|(n, a)| (AnyNode::S3(n), a))
+}
+
+impl Store for AnyStore {
+    type Node = AnyNode;
+    type Handle = AnyHandle;
+
+    fn store_id(&self) -> &str {
+        match self {
+            AnyStore::Posix(s) => s.store_id(),
+            AnyStore::S3(s) => s.store_id(),
+        }
+    }
+    fn identity(&self) -> Identity {
+        match self {
+            AnyStore::Posix(s) => s.identity(),
+            AnyStore::S3(s) => s.identity(),
+        }
+    }
+    fn root(&self) -> Result<(AnyNode, Attr)> {
+        match self {
+            AnyStore::Posix(s) => posix_node(s.root()),
+            AnyStore::S3(s) => s3_node(s.root()),
+        }
+    }
+    fn reconnect(&self) -> Result<Reconnect> {
+        match self {
+            AnyStore::Posix(s) => s.reconnect(),
+            AnyStore::S3(s) => s.reconnect(),
+        }
+    }
+    fn lookup(&self, parent: &AnyNode, name: &OsStr) -> Result<(AnyNode, Attr)> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => posix_node(s.lookup(p, name)),
+            (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.lookup(p, name)),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn getattr(&self, node: &AnyNode) -> Result<Attr> {
+        on_node!(self, node, |s, n| s.getattr(n))
+    }
+    fn setattr(&self, node: &AnyNode, handle: Option<&AnyHandle>, set: &SetAttr) -> Result<Attr> {
+        match (self, node, handle) {
+            (AnyStore::Posix(s), AnyNode::Posix(n), None) => s.setattr(n, None, set),
+            (AnyStore::Posix(s), AnyNode::Posix(n), Some(AnyHandle::Posix(h))) => {
+                s.setattr(n, Some(h), set)
+            }
+            (AnyStore::S3(s), AnyNode::S3(n), None) => s.setattr(n, None, set),
+            (AnyStore::S3(s), AnyNode::S3(n), Some(AnyHandle::S3(h))) => s.setattr(n, Some(h), set),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn readlink(&self, node: &AnyNode) -> Result<OsString> {
+        on_node!(self, node, |s, n| s.readlink(n))
+    }
+    fn mknod(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<(AnyNode, Attr)> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => {
+                posix_node(s.mknod(p, name, mode, rdev, owner))
+            }
+            (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.mknod(p, name, mode, rdev, owner)),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn mkdir(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(AnyNode, Attr)> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => posix_node(s.mkdir(p, name, mode, owner)),
+            (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.mkdir(p, name, mode, owner)),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn symlink(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        target: &OsStr,
+        owner: Owner,
+    ) -> Result<(AnyNode, Attr)> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => {
+                posix_node(s.symlink(p, name, target, owner))
+            }
+            (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.symlink(p, name, target, owner)),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn link(&self, node: &AnyNode, newparent: &AnyNode, newname: &OsStr) -> Result<Attr> {
+        match (self, node, newparent) {
+            (AnyStore::Posix(s), AnyNode::Posix(n), AnyNode::Posix(p)) => s.link(n, p, newname),
+            (AnyStore::S3(s), AnyNode::S3(n), AnyNode::S3(p)) => s.link(n, p, newname),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn unlink(&self, parent: &AnyNode, name: &OsStr) -> Result<()> {
+        on_node!(self, parent, |s, p| s.unlink(p, name))
+    }
+    fn rmdir(&self, parent: &AnyNode, name: &OsStr) -> Result<()> {
+        on_node!(self, parent, |s, p| s.rmdir(p, name))
+    }
+    fn rename(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        newparent: &AnyNode,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        match (self, parent, newparent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p), AnyNode::Posix(q)) => {
+                s.rename(p, name, q, newname, flags)
+            }
+            (AnyStore::S3(s), AnyNode::S3(p), AnyNode::S3(q)) => {
+                s.rename(p, name, q, newname, flags)
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn open(&self, node: &AnyNode, flags: i32) -> Result<AnyHandle> {
+        match (self, node) {
+            (AnyStore::Posix(s), AnyNode::Posix(n)) => s.open(n, flags).map(AnyHandle::Posix),
+            (AnyStore::S3(s), AnyNode::S3(n)) => s.open(n, flags).map(AnyHandle::S3),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn create(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        owner: Owner,
+    ) -> Result<(AnyNode, Attr, AnyHandle)> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => s
+                .create(p, name, mode, flags, owner)
+                .map(|(n, a, h)| (AnyNode::Posix(n), a, AnyHandle::Posix(h))),
+            (AnyStore::S3(s), AnyNode::S3(p)) => s
+                .create(p, name, mode, flags, owner)
+                .map(|(n, a, h)| (AnyNode::S3(n), a, AnyHandle::S3(h))),
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn read(&self, handle: &AnyHandle, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        on_handle!(self, handle, |s, h| s.read(h, offset, buf))
+    }
+    fn write(&self, handle: &AnyHandle, offset: u64, data: &[u8]) -> Result<u64> {
+        on_handle!(self, handle, |s, h| s.write(h, offset, data))
+    }
+    fn write_vectored(&self, handle: &AnyHandle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        on_handle!(self, handle, |s, h| s.write_vectored(h, offset, bufs))
+    }
+    fn fstat(&self, handle: &AnyHandle) -> Result<Attr> {
+        on_handle!(self, handle, |s, h| s.fstat(h))
+    }
+    fn fsync(&self, handle: &AnyHandle, datasync: bool) -> Result<()> {
+        on_handle!(self, handle, |s, h| s.fsync(h, datasync))
+    }
+    fn fsyncdir(&self, node: &AnyNode, datasync: bool) -> Result<()> {
+        on_node!(self, node, |s, n| s.fsyncdir(n, datasync))
+    }
+    fn fallocate(&self, handle: &AnyHandle, mode: i32, offset: u64, len: u64) -> Result<()> {
+        on_handle!(self, handle, |s, h| s.fallocate(h, mode, offset, len))
+    }
+    fn lseek(&self, handle: &AnyHandle, offset: i64, whence: i32) -> Result<i64> {
+        on_handle!(self, handle, |s, h| s.lseek(h, offset, whence))
+    }
+    fn copy_range(
+        &self,
+        from: &AnyHandle,
+        off_in: u64,
+        to: &AnyHandle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        match (self, from, to) {
+            (AnyStore::Posix(s), AnyHandle::Posix(f), AnyHandle::Posix(t)) => {
+                s.copy_range(f, off_in, t, off_out, len)
+            }
+            (AnyStore::S3(s), AnyHandle::S3(f), AnyHandle::S3(t)) => {
+                s.copy_range(f, off_in, t, off_out, len)
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+    fn readdir(&self, node: &AnyNode) -> Result<Vec<DirEntry>> {
+        on_node!(self, node, |s, n| s.readdir(n))
+    }
+    fn readdir_plus(&self, node: &AnyNode) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        on_node!(self, node, |s, n| s.readdir_plus(n))
+    }
+    fn statfs(&self, node: &AnyNode) -> Result<StatFs> {
+        on_node!(self, node, |s, n| s.statfs(n))
+    }
+    fn getxattr(&self, node: &AnyNode, name: &OsStr) -> Result<Vec<u8>> {
+        on_node!(self, node, |s, n| s.getxattr(n, name))
+    }
+    fn setxattr(&self, node: &AnyNode, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        on_node!(self, node, |s, n| s.setxattr(n, name, value, flags))
+    }
+    fn listxattr(&self, node: &AnyNode) -> Result<Vec<u8>> {
+        on_node!(self, node, |s, n| s.listxattr(n))
+    }
+    fn removexattr(&self, node: &AnyNode, name: &OsStr) -> Result<()> {
+        on_node!(self, node, |s, n| s.removexattr(n, name))
+    }
+}
