@@ -233,6 +233,14 @@ fn parse_count(s: &str, min: usize, max: usize) -> Result<usize> {
     Ok(n)
 }
 
+/// `auto` (or nothing): None; else the value.
+fn auto_or(value: &str) -> Option<String> {
+    match value.trim() {
+        "" | "auto" => None,
+        v => Some(v.to_string()),
+    }
+}
+
 /// `metrics_addr`: "9100" or ":9100" listen on 127.0.0.1 (metrics are not for the network
 /// unless asked); "IP:PORT" or "[IPv6]:PORT" as given; "localhost:PORT"; "off" for none.
 pub fn parse_metrics_addr(s: &str) -> Result<Option<SocketAddr>> {
@@ -577,22 +585,10 @@ impl Config {
                 "allow_other" => self.fuse.allow_other = parse_bool(value)?,
                 "ro" => self.fuse.read_only = parse_bool(value)?,
                 "metrics_addr" => self.metrics_addr = parse_metrics_addr(value)?,
-                "s3.endpoint" => {
-                    let v = value.trim();
-                    self.s3_endpoint = match v {
-                        "" | "auto" => None,
-                        v if v.starts_with("http://") || v.starts_with("https://") => {
-                            Some(v.trim_end_matches('/').to_string())
-                        }
-                        _ => bail!("an endpoint is a URL: http://HOST:PORT or https://HOST"),
-                    }
-                }
-                "s3.region" => {
-                    self.s3_region = match value.trim() {
-                        "" | "auto" => None,
-                        v => Some(v.to_string()),
-                    }
-                }
+                // Checked with the endpoints from the environment and ~/.aws at mount
+                // (tierfs_s3::S3Config::resolve).
+                "s3.endpoint" => self.s3_endpoint = auto_or(value),
+                "s3.region" => self.s3_region = auto_or(value),
                 _ => bail!("unknown option"),
             }
             Ok(())

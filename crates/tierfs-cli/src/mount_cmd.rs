@@ -169,7 +169,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         .filter(|b| b.starts_with("s3://"))
         .map(str::to_string);
     let store = open_store(&args, s3_url.as_deref())?;
-    if s3_url.is_some() && !args.config.fuse.read_only {
+    if s3_url.is_some() {
         // This step of the S3 store is read-only: the kernel refuses writes at once.
         args.config.fuse.read_only = true;
     }

@@ -8,84 +8,23 @@ mod server;
 
 use common::*;
 use server::{S3Server, ACCESS, SECRET};
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A mount of `s3://data/pre`, unmounted lazily when dropped (even on panic).
-struct S3Mount {
-    mnt: PathBuf,
-    cache: PathBuf,
-    endpoint: String,
-    _dir: tempfile::TempDir,
-}
-
-impl S3Mount {
-    fn new(server: &S3Server) -> S3Mount {
-        let dir = tempfile::tempdir().unwrap();
-        let m = S3Mount {
-            mnt: dir.path().join("mnt"),
-            cache: dir.path().join("cache"),
-            endpoint: server.endpoint.clone(),
-            _dir: dir,
-        };
-        std::fs::create_dir(&m.mnt).unwrap();
-        m.mount();
-        m
-    }
-
-    fn mount(&self) {
-        let out = Command::new("timeout")
-            .arg("60")
-            .arg(tierfs_bin())
-            .args(["mount", "s3://data/pre"])
-            .arg(&self.mnt)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(["--endpoint", &self.endpoint])
-            .env("AWS_ACCESS_KEY_ID", ACCESS)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn unmount(&self) {
-        let pid = daemon_pid(&self.mnt);
-        let out = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if let Some(pid) = pid {
-            assert!(
-                wait_exit(pid, Duration::from_secs(20)),
-                "daemon did not exit"
-            );
-        }
-    }
-}
-
-impl Drop for S3Mount {
-    fn drop(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&self.mnt)
-                .status();
-        }
-    }
+/// Mounts `s3://data/pre` of `server` on `m` (its BACKING stays unused).
+fn mount(m: &BinMount, server: &S3Server) {
+    m.mount_source(
+        OsStr::new("s3://data/pre"),
+        &[&format!("s3.endpoint={}", server.endpoint)],
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ],
+    );
 }
 
 /// Puts an object as the server's POSIX backend keeps it: the file under DIR/BUCKET and its
@@ -142,15 +81,16 @@ fn a_bucket_is_read_by_real_programs_and_served_from_the_cache_after_remount() {
     // tierfs caches nothing of an object younger than its racy window (1 s; Last-Modified
     // has whole seconds, and the ctime carries up to 1 s of ETag hash).
     std::thread::sleep(Duration::from_millis(2500));
-    let m = S3Mount::new(&server);
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    mount(&m, &server);
     let mnt = m.mnt.clone();
     let got = with_timeout(LIMIT, vec![mnt.clone()], move || tree_md5(&mnt));
     assert_eq!(got, want);
     // Let the SSD tier's writer take in what was read, then remount on the same cache dir.
     std::thread::sleep(Duration::from_secs(2));
-    m.unmount();
+    m.unmount_and_wait();
     drop_caches();
-    m.mount();
+    mount(&m, &server);
     let before = stats_of(&m.mnt);
     let mnt = m.mnt.clone();
     let again = with_timeout(LIMIT, vec![mnt.clone()], move || tree_md5(&mnt));
@@ -173,5 +113,5 @@ fn a_bucket_is_read_by_real_programs_and_served_from_the_cache_after_remount() {
     // Read-only in this step: a write is EROFS at the call.
     let e = std::fs::write(m.mnt.join("new"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
-    m.unmount();
+    m.unmount_and_wait();
 }

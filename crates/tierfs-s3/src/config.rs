@@ -83,7 +83,8 @@ impl S3Config {
         let endpoint = endpoint
             .or_else(|| env("AWS_ENDPOINT_URL_S3"))
             .or_else(|| env("AWS_ENDPOINT_URL"))
-            .or_else(|| files.config.get("endpoint_url").cloned());
+            .or_else(|| files.config.get("endpoint_url").cloned())
+            .map(|e| e.trim_end_matches('/').to_string());
         if let Some(e) = &endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
                 return Err(format!("endpoint {e}: must start with http:// or https://"));

@@ -195,19 +195,13 @@ fn now() -> TimeSpec {
     }
 }
 
-/// `s3-BUCKET-PREFIX-HASH`: the hash covers the endpoint too (two servers may have buckets
-/// of the same name).
+/// `s3-BUCKET-PREFIX-HASH` (a slug of its last 40 characters): the hash covers the endpoint
+/// too (two servers may have buckets of the same name).
 fn store_id(cfg: &S3Config) -> String {
-    let h = xxhash_rust::xxh3::xxh3_64(
-        format!("{:?}\0{}\0{}", cfg.endpoint, cfg.bucket, cfg.prefix).as_bytes(),
-    );
-    let mut name = format!("s3-{}", cfg.bucket);
-    if !cfg.prefix.is_empty() {
-        name.push('-');
-        name.push_str(&cfg.prefix.replace('/', "-"));
-    }
-    name.truncate(80);
-    format!("{name}-{:010x}", h & 0xff_ffff_ffff)
+    tierfs_store::readable_id(
+        &format!("s3-{}-{}", cfg.bucket, cfg.prefix),
+        &format!("{:?}\0{}\0{}", cfg.endpoint, cfg.bucket, cfg.prefix),
+    )
 }
 
 const EROFS: Errno = Errno(libc::EROFS);

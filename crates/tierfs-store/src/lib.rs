@@ -11,6 +11,7 @@ mod fault;
 mod identity;
 mod posix;
 mod stat_fanout;
+mod store_id;
 
 pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
 pub use errno::{Errno, Result};
@@ -18,6 +19,7 @@ pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
 pub use posix::{PosixHandle, PosixNode, PosixStore};
 pub use stat_fanout::{StatFanout, STAT_CONCURRENCY};
+pub use store_id::readable_id;
 
 use std::ffi::{OsStr, OsString};
 

@@ -378,40 +378,7 @@ fn open_root(path: &Path) -> std::io::Result<PosixNode> {
 /// full path, e.g. `mnt-nfs-data-5f2c0e1a9d3b7c44`.
 pub fn store_id_for(canon: &Path) -> String {
     let s = canon.to_string_lossy();
-    let mut slug: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    while slug.contains("--") {
-        slug = slug.replace("--", "-");
-    }
-    let slug = slug.trim_matches('-');
-    let slug: String = slug
-        .chars()
-        .rev()
-        .take(40)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    // FNV-1a: stable across Rust versions, unlike std's hasher.
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.as_bytes() {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    let slug = if slug.is_empty() {
-        "root".to_string()
-    } else {
-        slug.trim_start_matches('-').to_string()
-    };
-    format!("{slug}-{h:016x}")
+    crate::readable_id(&s, &s)
 }
 
 impl Store for PosixStore {

@@ -117,16 +117,23 @@ impl BinMount {
     }
 
     pub fn mount(&self, opts: &[&str]) {
+        self.mount_source(self.backing.as_os_str(), opts, &[]);
+    }
+
+    /// `tierfs mount SOURCE MNT` with this mount's cache dir, `-o` options and extra
+    /// environment: SOURCE other than BACKING, such as an `s3://` URL.
+    pub fn mount_source(&self, source: &std::ffi::OsStr, opts: &[&str], env: &[(&str, &str)]) {
         let mut cmd = Command::new("timeout");
         cmd.arg("30")
             .arg(tierfs_bin())
             .arg("mount")
-            .arg(&self.backing)
+            .arg(source)
             .arg(&self.mnt);
         cmd.arg("--cache-dir").arg(&self.cache);
         for o in opts {
             cmd.arg("-o").arg(o);
         }
+        cmd.envs(env.iter().copied());
         let out = cmd.output().expect("run tierfs mount");
         assert!(
             out.status.success(),

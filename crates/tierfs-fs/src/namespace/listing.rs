@@ -13,6 +13,11 @@ use std::time::Instant;
 use tierfs_cache::{Claim, KIND_DIR};
 use tierfs_store::{Attr, Errno, FileKind, Result, Store};
 
+/// The most entries [`Namespace::readdir`] hands out at once: more than a 128 KiB reply
+/// buffer holds even of the smallest entries (24 bytes and a short name each; `getdents` with
+/// glibc's 32 KiB buffer takes about 1,000, or 195 with attributes).
+pub const READDIR_PAGE_MAX: usize = 8192;
+
 /// An opened directory.
 #[derive(Clone, Copy, Debug)]
 pub struct DirOpen {
@@ -227,10 +232,17 @@ impl<S: Store> Namespace<S> {
         fh
     }
 
-    /// Entries from `offset` on.
+    /// Entries from `offset` on, at most [`READDIR_PAGE_MAX`] of them: what one reply can
+    /// hold. (Copying the whole rest of the directory for every page was O(n^2) in the
+    /// directory's size; a short page is fine, the kernel asks again from the next offset.)
     pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
         let d = self.dirs.get(&fh).map(|d| d.clone()).ok_or(Errno::EBADF)?;
-        Ok(d.entries.iter().skip(offset as usize).cloned().collect())
+        Ok(d.entries
+            .iter()
+            .skip(offset as usize)
+            .take(READDIR_PAGE_MAX)
+            .cloned()
+            .collect())
     }
 
     pub fn releasedir(&self, fh: u64) {

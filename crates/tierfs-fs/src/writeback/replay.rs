@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_cache::journal::{Journal, JournalConfig, PendingWrite, Replay};
+use tierfs_cache::journal::{Damage, Journal, JournalConfig, PendingWrite, Replay};
 use tierfs_store::{Errno, Store};
 
 impl<S: Store> Writeback<S> {
@@ -301,15 +301,18 @@ fn settle_damage(
     Ok(())
 }
 
+/// The damage that costs (dev, ino) something and is known to be its own.
+fn damage_of(replay: &Replay, dev: u64, ino: u64) -> impl Iterator<Item = &Damage> {
+    replay.harmful_damage().filter(move |d| {
+        d.file
+            .as_ref()
+            .is_some_and(|f| (f.dev, f.ino) == (dev, ino))
+    })
+}
+
 /// The (offset, length) of the damaged writes known to be of (dev, ino).
 fn damaged_ranges(replay: &Replay, dev: u64, ino: u64) -> Vec<(u64, Option<u64>)> {
-    replay
-        .harmful_damage()
-        .filter(|d| {
-            d.file
-                .as_ref()
-                .is_some_and(|f| (f.dev, f.ino) == (dev, ino))
-        })
+    damage_of(replay, dev, ino)
         .filter_map(|d| d.range)
         .collect()
 }
@@ -317,13 +320,7 @@ fn damaged_ranges(replay: &Replay, dev: u64, ino: u64) -> Vec<(u64, Option<u64>)
 /// The highest seq a damaged write of (dev, ino) may have had: a DROP up to it covers the hole
 /// for that file, so the next open does not report it again.
 fn damaged_upto(replay: &Replay, dev: u64, ino: u64) -> u64 {
-    replay
-        .harmful_damage()
-        .filter(|d| {
-            d.file
-                .as_ref()
-                .is_some_and(|f| (f.dev, f.ino) == (dev, ino))
-        })
+    damage_of(replay, dev, ino)
         .filter(|d| d.before_seq != u64::MAX)
         .map(|d| d.before_seq - 1)
         .max()
