@@ -232,6 +232,26 @@ impl Store for AnyStore {
     fn fsync(&self, handle: &AnyHandle, datasync: bool) -> Result<()> {
         on_handle!(self, handle, |s, h| s.fsync(h, datasync))
     }
+    fn close(&self, handle: &AnyHandle) -> Result<()> {
+        on_handle!(self, handle, |s, h| s.close(h))
+    }
+    fn publishes_at_sync(&self) -> bool {
+        matches!(self, AnyStore::S3(_))
+    }
+    fn open_based(
+        &self,
+        node: &AnyNode,
+        flags: i32,
+        base: Option<tierfs_store::Fingerprint>,
+    ) -> Result<AnyHandle> {
+        match (self, node) {
+            (AnyStore::Posix(s), AnyNode::Posix(n)) => {
+                s.open_based(n, flags, base).map(AnyHandle::Posix)
+            }
+            (AnyStore::S3(s), AnyNode::S3(n)) => s.open_based(n, flags, base).map(AnyHandle::S3),
+            _ => Err(Errno::EIO),
+        }
+    }
     fn fsyncdir(&self, node: &AnyNode, datasync: bool) -> Result<()> {
         on_node!(self, node, |s, n| s.fsyncdir(n, datasync))
     }

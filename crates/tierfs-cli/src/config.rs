@@ -34,6 +34,8 @@ pub struct Config {
     pub s3_endpoint: Option<String>,
     /// `s3.region`; None = AWS_REGION, ~/.aws/config, else us-east-1.
     pub s3_region: Option<String>,
+    /// `s3.part_size` and `s3.upload_parallel`: how objects are uploaded.
+    pub s3_upload: tierfs_s3::UploadConfig,
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     wb_soft_set: bool,
     wb_journal_set: bool,
@@ -134,6 +136,7 @@ impl Default for Config {
             metrics_addr: None,
             s3_endpoint: None,
             s3_region: None,
+            s3_upload: tierfs_s3::UploadConfig::default(),
             wb_soft_set: false,
             wb_journal_set: false,
             wb_hard_set: false,
@@ -321,6 +324,8 @@ impl Config {
         "metrics_addr",
         "s3.endpoint",
         "s3.region",
+        "s3.part_size",
+        "s3.upload_parallel",
         "ssd.enable",
         "ssd.max_size",
         "ssd.max_fill_pct",
@@ -380,6 +385,8 @@ impl Config {
                 .map_or_else(|| "off".into(), |a| a.to_string()),
             "s3.endpoint" => self.s3_endpoint.clone().unwrap_or_else(|| "auto".into()),
             "s3.region" => self.s3_region.clone().unwrap_or_else(|| "auto".into()),
+            "s3.part_size" => format_size(self.s3_upload.part_size),
+            "s3.upload_parallel" => self.s3_upload.parallel.to_string(),
             "ssd.enable" => format_bool(self.ssd_enable),
             "ssd.max_size" => format_size(ssd.max_size),
             "ssd.max_fill_pct" => ssd.max_fill_pct.to_string(),
@@ -589,6 +596,16 @@ impl Config {
                 // (tierfs_s3::S3Config::resolve).
                 "s3.endpoint" => self.s3_endpoint = auto_or(value),
                 "s3.region" => self.s3_region = auto_or(value),
+                "s3.part_size" => {
+                    let n = parse_size(value)?;
+                    if !(tierfs_s3::PART_MIN..=(5 << 30)).contains(&n) {
+                        bail!("must be from 5M (S3's smallest part) to 5G (its largest)");
+                    }
+                    self.s3_upload.part_size = n;
+                }
+                "s3.upload_parallel" => {
+                    self.s3_upload.parallel = parse_count(value, 1, 256)? as usize
+                }
                 _ => bail!("unknown option"),
             }
             Ok(())

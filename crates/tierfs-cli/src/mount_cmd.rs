@@ -169,10 +169,6 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         .filter(|b| b.starts_with("s3://"))
         .map(str::to_string);
     let store = open_store(&args, s3_url.as_deref())?;
-    if s3_url.is_some() {
-        // This step of the S3 store is read-only: the kernel refuses writes at once.
-        args.config.fuse.read_only = true;
-    }
     let mountpoint = args
         .mountpoint
         .canonicalize()
@@ -198,6 +194,17 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     }
     let lock = prepare_cache_dir(&cache_dir)?;
+    if let AnyStore::S3(s3) = &store {
+        // Staged writes on the cache's disk (ENOSPC at write(), not at upload); contents an
+        // upload could not place (another writer won) beside write-back's lost data.
+        let staging = cache_dir.join("staging");
+        s3.set_local_dirs(staging.clone(), cache_dir.join("journal").join("lost"))
+            .with_context(|| format!("staging dir {}", staging.display()))?;
+        s3.set_upload(
+            args.config.s3_upload.part_size,
+            args.config.s3_upload.parallel,
+        );
+    }
     if let Ok((total, _)) = tierfs_cache::device_space(&cache_dir) {
         args.config.fit_writeback_to(total);
     }
@@ -406,7 +413,7 @@ fn serve(
     if let AnyStore::S3(s3) = &store {
         let c = s3.config();
         tracing::info!(
-            "S3 store: bucket {} prefix {:?} at {} (region {}), credentials from {}; read-only in this version",
+            "S3 store: bucket {} prefix {:?} at {} (region {}), credentials from {}",
             c.bucket,
             c.prefix,
             c.endpoint.as_deref().unwrap_or("AWS"),

@@ -132,10 +132,18 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
         let lost = n(v, "writeback.replay_lost_files");
         if lost > 0 || n(v, "writeback.replay_damage") > 0 {
             s += &format!(
-                "  LOST      at mount: {} damaged journal stretch(es), {} file(s) left as the store                  had them, {} pending writes saved under <cache dir>/journal/lost/ (see the log)\n",
+                "  LOST      at mount: {} damaged journal stretch(es), {} file(s) left as the store \
+                 had them, {} pending writes saved under <cache dir>/journal/lost/ (see the log)\n",
                 n(v, "writeback.replay_damage"),
                 lost,
                 n(v, "writeback.replay_lost_writes"),
+            );
+        }
+        let conflicts = n(v, "writeback.flush_conflicts");
+        if conflicts > 0 {
+            s += &format!(
+                "  CONFLICTS {conflicts} flush(es) found the object changed by another writer: \
+                 ours kept under <cache dir>/journal/lost/ (see the log)\n"
             );
         }
     } else {

@@ -205,6 +205,23 @@ impl<S: Store> Store for CountedStore<S> {
     fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
         self.count(&self.counters.open, self.inner.open(node, flags))
     }
+    fn open_based(
+        &self,
+        node: &S::Node,
+        flags: i32,
+        base: Option<tierfs_store::Fingerprint>,
+    ) -> Result<S::Handle> {
+        self.count(
+            &self.counters.open,
+            self.inner.open_based(node, flags, base),
+        )
+    }
+    fn close(&self, handle: &S::Handle) -> Result<()> {
+        self.count(&self.counters.other, self.inner.close(handle))
+    }
+    fn publishes_at_sync(&self) -> bool {
+        self.inner.publishes_at_sync()
+    }
     fn create(
         &self,
         parent: &S::Node,

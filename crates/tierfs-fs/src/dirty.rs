@@ -59,6 +59,9 @@ pub struct Dirty {
     /// When the application last wrote (a flusher that catches up with a file still being
     /// written leaves the sync for later).
     pub last_write: Instant,
+    /// The version of the file these writes were made on (None after a replay): a store that
+    /// can tell refuses to let them overwrite another writer's version (`Store::open_based`).
+    pub base: Option<tierfs_store::Fingerprint>,
 }
 
 impl Dirty {
@@ -74,6 +77,7 @@ impl Dirty {
             path,
             reserved: 0,
             last_write: Instant::now(),
+            base: None,
         }
     }
 

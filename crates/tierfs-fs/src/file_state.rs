@@ -48,6 +48,9 @@ pub struct FileState {
     /// Created by us in write-back mode: its directory is synced before the journal lets
     /// go of its data.
     pub created: AtomicBool,
+    /// An error of a flush that settled the file anyway (its data kept in the lost
+    /// directory), for the application's next fsync or close.
+    pub pending_error: Mutex<Option<tierfs_store::Errno>>,
     /// Which version's data the kernel and readers may hold (`meta.cto=off`).
     pub served: crate::served::Served,
 }
@@ -73,6 +76,7 @@ impl FileState {
             retry_at_ms: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(0),
             created: AtomicBool::new(false),
+            pending_error: Mutex::new(None),
             served: Default::default(),
             inner: Mutex::new(Inner {
                 v: Version {

@@ -273,6 +273,23 @@ impl<S: Store> Store for IdStore<S> {
             id: node.id,
         })
     }
+    fn open_based(
+        &self,
+        node: &Self::Node,
+        flags: i32,
+        base: Option<tierfs_store::Fingerprint>,
+    ) -> Result<Self::Handle> {
+        Ok(IdHandle {
+            inner: self.inner.open_based(&node.inner, flags, base)?,
+            id: node.id,
+        })
+    }
+    fn close(&self, handle: &Self::Handle) -> Result<()> {
+        self.inner.close(&handle.inner)
+    }
+    fn publishes_at_sync(&self) -> bool {
+        self.inner.publishes_at_sync()
+    }
     fn create(
         &self,
         parent: &Self::Node,

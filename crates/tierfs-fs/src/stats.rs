@@ -245,6 +245,9 @@ pub struct WbStats {
     pub flush_writes: u64,
     pub flush_syncs: u64,
     pub flush_errors: u64,
+    /// Flushes refused because another writer changed the object first; data kept in lost.
+    #[serde(default)]
+    pub flush_conflicts: u64,
     pub throttled_writes: u64,
     pub throttle_ms: u64,
     pub hard_waits: u64,

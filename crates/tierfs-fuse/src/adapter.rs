@@ -460,14 +460,15 @@ impl<S: Store> Filesystem for Adapter<S> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if self.fs.writeback_enabled() {
+        if self.fs.wants_close() {
             // Write-back: close reports a flush error not yet reported, and with
             // writeback.close=flush waits for the file's data to reach the backing store.
-            return self.spawn(move |fs, _, _| Self::empty(reply, fs.flush(ino.0)));
+            // S3: close uploads what was written (and reports whether it was).
+            return self.spawn(move |fs, _, _| Self::empty(reply, fs.flush(ino.0, fh.0)));
         }
         // Write-through: every write is already in the backing store when it is acknowledged,
         // so close has nothing to flush. ENOSYS tells the kernel to stop sending FLUSH for

@@ -6,7 +6,7 @@
 //! is its Last-Modified second with a hash of its **ETag** in the nanoseconds: every new ETag
 //! is a new version (a 2^-30 chance of two ETags colliding within one second), the SSD tier is
 //! keyed by the ETag across restarts, and ctime still moves whenever the content does, as
-//! POSIX has it. mtime is Last-Modified itself.
+//! POSIX has it. mtime is Last-Modified itself (whole seconds).
 
 use object_store::ObjectMeta;
 use tierfs_store::{Attr, FileKind, TimeSpec};
@@ -14,11 +14,12 @@ use tierfs_store::{Attr, FileKind, TimeSpec};
 /// The attributes of the object `meta`, owned by `owner` (uid, gid).
 pub fn object_attr(meta: &ObjectMeta, owner: (u32, u32)) -> Attr {
     let sec = meta.last_modified.timestamp();
-    let nsec = meta.last_modified.timestamp_subsec_nanos();
     let mut a = base(FileKind::File, 0o644, owner);
     a.size = meta.size;
     a.blocks = meta.size.div_ceil(512);
-    a.mtime = TimeSpec { sec, nsec };
+    // Whole seconds: a listing gives Last-Modified in milliseconds, a HEAD in seconds, and
+    // one object must have one fingerprint whichever of them saw it.
+    a.mtime = TimeSpec { sec, nsec: 0 };
     a.atime = a.mtime;
     a.ctime = TimeSpec {
         sec,

@@ -12,8 +12,13 @@
 
 mod attrs;
 mod config;
+mod ctx;
 mod errors;
+mod raw;
+mod staging;
 mod store;
+mod upload;
 
 pub use config::{Credentials, S3Config};
+pub use ctx::{UploadConfig, PART_MIN};
 pub use store::{S3Handle, S3Node, S3Store};

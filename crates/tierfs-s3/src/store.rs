@@ -1,30 +1,22 @@
-//! [`S3Store`]: the [`Store`] of a bucket (reads, listings, versions by ETag).
-//!
-//! This step serves the bucket read-only: every call that would change it answers EROFS (the
-//! mount says so in the log). Writes (whole-object uploads at flush, If-Match against the ETag
-//! read) come next; docs/s3.md keeps the list.
+//! [`S3Store`]: the [`Store`] of a bucket: listings, reads by version (ETag), and writes
+//! staged locally and uploaded whole at fsync and close (see [`crate::staging`] and
+//! [`crate::upload`]).
 
 use crate::attrs::{dir_attr, key_ino, object_attr};
 use crate::config::S3Config;
+use crate::ctx::{Client, Ctx, UploadConfig, PART_MIN};
 use crate::errors::errno;
+use crate::staging::{Base, Staging};
 use futures::StreamExt;
-use object_store::aws::{AmazonS3, AmazonS3Builder};
-use object_store::path::Path as Key;
-use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tierfs_store::{
-    Attr, DirEntry, Errno, FileKind, Identity, Owner, Result, SetAttr, StatFs, Store, TimeSpec,
+    Attr, DirEntry, Errno, FileKind, Fingerprint, Identity, Owner, Result, SetAttr, StatFs, Store,
 };
 
-/// How long one request may take, and how long retries of a failing one may go on, before the
-/// application gets EIO: a vanished server must not hang a FUSE request for minutes
-/// (object_store's own default retries for 3 minutes).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
-const MAX_RETRIES: usize = 3;
 /// The longest key S3 takes, as NAME_MAX of statfs.
 const KEY_MAX: u32 = 1024;
 
@@ -35,63 +27,49 @@ pub struct S3Node {
     kind: FileKind,
 }
 
-/// An open object: the version (ETag) it was opened at; every read asks for that version
-/// (If-Match), so a handle never returns bytes of two versions.
+/// An open object. Read-only: the version (ETag) it was opened at, which every read asks for
+/// (If-Match), so a handle never returns bytes of two versions. Writable: the staging it
+/// shares with every other handle of the key.
 pub struct S3Handle {
     rel: Arc<str>,
     attr: Attr,
     etag: Option<String>,
+    staging: Option<Arc<Staging>>,
+    append: bool,
+    ctx: Arc<Ctx>,
+}
+
+impl Drop for S3Handle {
+    /// The last handle of a staging uploads what is left (a write through a memory map
+    /// arrives after close); then the registry forgets the key.
+    fn drop(&mut self) {
+        let Some(s) = self.staging.take() else { return };
+        if Arc::strong_count(&s) == 1 {
+            if s.dirty() {
+                if let Err(e) = self.ctx.upload(&s) {
+                    tracing::error!(
+                        "S3: uploading {} at its last close failed: {e}",
+                        self.ctx.full_key(&s.rel)
+                    );
+                }
+            }
+            let mut reg = self.ctx.staged.lock();
+            drop(s);
+            if reg.get(&self.rel).is_some_and(|w| w.strong_count() == 0) {
+                reg.remove(&self.rel);
+            }
+        }
+    }
 }
 
 pub struct S3Store {
-    /// The runtime and client, made at first use: `tierfs mount` checks the bucket before it
-    /// detaches (fork), and a runtime's threads do not survive a fork.
-    client: std::sync::OnceLock<Client>,
-    cfg: S3Config,
-    id: String,
-    owner: (u32, u32),
-    born: TimeSpec,
+    ctx: Arc<Ctx>,
 }
 
-struct Client {
-    rt: tokio::runtime::Runtime,
-    s3: AmazonS3,
-}
-
-impl Client {
-    fn new(cfg: &S3Config) -> std::result::Result<Client, String> {
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(&cfg.bucket)
-            .with_region(&cfg.region)
-            .with_access_key_id(&cfg.credentials.access_key_id)
-            .with_secret_access_key(&cfg.credentials.secret_access_key)
-            .with_retry(RetryConfig {
-                max_retries: MAX_RETRIES,
-                retry_timeout: RETRY_TIMEOUT,
-                ..Default::default()
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_timeout(REQUEST_TIMEOUT)
-                    .with_connect_timeout(Duration::from_secs(5))
-                    .with_allow_http(true),
-            );
-        if let Some(t) = &cfg.credentials.session_token {
-            b = b.with_token(t);
-        }
-        if let Some(e) = &cfg.endpoint {
-            // Path-style addressing (http://host/bucket/key): what S3-compatible servers
-            // take; AWS takes it too.
-            b = b.with_endpoint(e).with_virtual_hosted_style_request(false);
-        }
-        let s3 = b.build().map_err(|e| format!("s3://{}: {e}", cfg.bucket))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("tierfs-s3")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
-        Ok(Client { rt, s3 })
+impl std::ops::Deref for S3Store {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        &self.ctx
     }
 }
 
@@ -104,11 +82,7 @@ impl S3Store {
             .clone()
             .unwrap_or_else(|| format!("AWS {}", cfg.region));
         let store = S3Store {
-            client: std::sync::OnceLock::new(),
-            id: store_id(&cfg),
-            owner: unsafe { (libc::getuid(), libc::getgid()) },
-            born: now(),
-            cfg,
+            ctx: Arc::new(Ctx::new(cfg)),
         };
         // A client of its own for the check, dropped with its runtime and connections
         // before the caller forks.
@@ -132,44 +106,21 @@ impl S3Store {
         &self.cfg
     }
 
-    fn client(&self) -> Result<&Client> {
-        if let Some(c) = self.client.get() {
-            return Ok(c);
-        }
-        // Made once already by open() with the same configuration: this fails only if the
-        // OS refuses threads.
-        let c = Client::new(&self.cfg).map_err(|e| {
-            tracing::error!("S3 client: {e}");
-            Errno::EIO
-        })?;
-        let _ = self.client.set(c);
-        self.client.get().ok_or(Errno::EIO)
+    /// Where staging files go (the cache's disk) and where contents that could not be
+    /// uploaded are kept; both made if missing.
+    pub fn set_local_dirs(&self, staging: PathBuf, lost: PathBuf) -> std::io::Result<()> {
+        std::fs::create_dir_all(&staging)?;
+        *self.staging_dir.lock() = staging;
+        *self.lost_dir.lock() = lost;
+        Ok(())
     }
 
-    /// The object key of `rel`.
-    fn key(&self, rel: &str) -> Result<Key> {
-        let full = match (self.cfg.prefix.is_empty(), rel.is_empty()) {
-            (true, _) => rel.to_string(),
-            (false, true) => self.cfg.prefix.clone(),
-            (false, false) => format!("{}/{rel}", self.cfg.prefix),
+    /// `s3.part_size` (at least S3's 5 MiB) and `s3.upload_parallel`.
+    pub fn set_upload(&self, part_size: u64, parallel: usize) {
+        *self.upload.lock() = UploadConfig {
+            part_size: part_size.max(PART_MIN),
+            parallel: parallel.max(1),
         };
-        Key::parse(full).map_err(|_| Errno::ENOENT)
-    }
-
-    /// The listing prefix of directory `rel` (None: the whole bucket).
-    fn dir_key(&self, rel: &str) -> Option<Key> {
-        let k = self.key(rel).ok()?;
-        (!k.as_ref().is_empty()).then_some(k)
-    }
-
-    fn run<T>(&self, f: impl std::future::Future<Output = object_store::Result<T>>) -> Result<T> {
-        self.client()?.rt.block_on(f).map_err(|e| {
-            let n = errno(&e);
-            if n == Errno::EIO {
-                tracing::warn!("s3://{}: {e}", self.cfg.bucket);
-            }
-            n
-        })
     }
 
     fn child(parent: &S3Node, name: &OsStr) -> Result<Arc<str>> {
@@ -183,28 +134,126 @@ impl S3Store {
             format!("{}/{name}", parent.rel).into()
         })
     }
-}
 
-fn now() -> TimeSpec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    TimeSpec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
+    /// The attributes of object `rel` in the bucket (HEAD), with its ETag.
+    fn head(&self, rel: &str) -> Result<(Attr, Option<String>)> {
+        let key = self.key(rel)?;
+        let meta = self.run(self.client()?.s3.head(&key))?;
+        let mut a = object_attr(&meta, self.owner);
+        a.ino = key_ino(rel);
+        Ok((a, meta.e_tag))
+    }
+
+    /// `a`, or what our staged writes make of it (shown before they are uploaded).
+    fn overlay(&self, rel: &str, a: Attr) -> Attr {
+        match self.staging_of(rel) {
+            Some(s) if s.dirty() => {
+                let mut b = s.attr();
+                b.ino = a.ino;
+                b
+            }
+            _ => a,
+        }
+    }
+
+    /// The staging of `rel`: the live one, or a new one based on the object as it is now
+    /// (`expect`: the version the caller's writes were made on; another one in the bucket is
+    /// a conflict).
+    fn stage(&self, rel: &Arc<str>, expect: Option<Fingerprint>) -> Result<Arc<Staging>> {
+        if let Some(s) = self.staging_of(rel) {
+            return Ok(s);
+        }
+        let (attr, etag) = self.head(rel)?;
+        let base = match (expect, etag) {
+            (Some(fp), _) if fp != attr.fingerprint() => Base::Conflict(
+                "the object was changed in the bucket by another writer before our written \
+                 data reached it"
+                    .into(),
+            ),
+            (_, Some(e)) => Base::Etag(e),
+            (_, None) => Base::Conflict("the server gave the object no ETag".into()),
+        };
+        let dir = self.staging_dir.lock().clone();
+        let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr)?);
+        let mut reg = self.staged.lock();
+        if let Some(other) = reg.get(rel).and_then(std::sync::Weak::upgrade) {
+            return Ok(other);
+        }
+        reg.insert(rel.clone(), Arc::downgrade(&s));
+        Ok(s)
+    }
+
+    fn file_node(rel: Arc<str>) -> S3Node {
+        S3Node {
+            rel,
+            kind: FileKind::File,
+        }
+    }
+
+    fn handle(
+        &self,
+        rel: Arc<str>,
+        attr: Attr,
+        etag: Option<String>,
+        s: Option<Arc<Staging>>,
+        flags: i32,
+    ) -> S3Handle {
+        S3Handle {
+            rel,
+            attr,
+            etag,
+            staging: s,
+            append: flags & libc::O_APPEND != 0,
+            ctx: self.ctx.clone(),
+        }
+    }
+
+    /// Opens `rel` for writing: its staging (truncated for O_TRUNC).
+    fn open_write(
+        &self,
+        rel: &Arc<str>,
+        flags: i32,
+        expect: Option<Fingerprint>,
+    ) -> Result<S3Handle> {
+        let s = self.stage(rel, expect)?;
+        if flags & libc::O_TRUNC != 0 {
+            s.set_len(0)?;
+        }
+        let mut a = s.attr();
+        a.ino = key_ino(rel);
+        Ok(self.handle(rel.clone(), a, None, Some(s), flags))
+    }
+
+    /// The object of a directory entry that is in the way of a new one, if any.
+    fn exists(&self, rel: &str) -> Result<bool> {
+        match self.head(rel) {
+            Ok(_) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether anything is under `rel/` besides its own marker.
+    fn has_children(&self, rel: &str) -> Result<bool> {
+        let key = self.key(rel)?;
+        let c = self.client()?;
+        let mut list = c.s3.list(Some(&key));
+        let first = c.rt.block_on(async {
+            let mut found = false;
+            while let Some(m) = list.next().await {
+                let m = m?;
+                if m.location != key {
+                    found = true;
+                    break;
+                }
+            }
+            Ok::<_, object_store::Error>(found)
+        });
+        first.map_err(|e| errno(&e))
     }
 }
 
-/// `s3-BUCKET-PREFIX-HASH` (a slug of its last 40 characters): the hash covers the endpoint
-/// too (two servers may have buckets of the same name).
-fn store_id(cfg: &S3Config) -> String {
-    tierfs_store::readable_id(
-        &format!("s3-{}-{}", cfg.bucket, cfg.prefix),
-        &format!("{:?}\0{}\0{}", cfg.endpoint, cfg.bucket, cfg.prefix),
-    )
-}
-
-const EROFS: Errno = Errno(libc::EROFS);
+const EPERM: Errno = Errno(libc::EPERM);
 
 impl Store for S3Store {
     type Node = S3Node;
@@ -260,6 +309,7 @@ impl Store for S3Store {
             Ok(meta) => {
                 let mut a = object_attr(&meta, self.owner);
                 a.ino = key_ino(&rel);
+                let a = self.overlay(&rel, a);
                 Ok((
                     S3Node {
                         rel,
@@ -273,23 +323,55 @@ impl Store for S3Store {
     }
 
     fn getattr(&self, node: &S3Node) -> Result<Attr> {
-        let mut a = match node.kind {
-            FileKind::Dir => dir_attr(self.owner, self.born),
-            _ => {
-                let key = self.key(&node.rel)?;
-                object_attr(&self.run(self.client()?.s3.head(&key))?, self.owner)
+        match node.kind {
+            FileKind::Dir => {
+                let mut a = dir_attr(self.owner, self.born);
+                a.ino = if node.rel.is_empty() {
+                    1
+                } else {
+                    key_ino(&node.rel)
+                };
+                Ok(a)
             }
-        };
-        a.ino = if node.rel.is_empty() {
-            1
-        } else {
-            key_ino(&node.rel)
-        };
-        Ok(a)
+            _ => {
+                if let Some(s) = self.staging_of(&node.rel).filter(|s| s.dirty()) {
+                    let mut a = s.attr();
+                    a.ino = key_ino(&node.rel);
+                    return Ok(a);
+                }
+                Ok(self.head(&node.rel)?.0)
+            }
+        }
     }
 
-    fn setattr(&self, _: &S3Node, _: Option<&S3Handle>, _: &SetAttr) -> Result<Attr> {
-        Err(EROFS)
+    /// Only a size (a truncate) changes an object; modes, owners and times are not kept
+    /// (docs/s3.md): they are accepted and the attributes stay as the object's.
+    fn setattr(&self, node: &S3Node, h: Option<&S3Handle>, set: &SetAttr) -> Result<Attr> {
+        let Some(size) = set.size else {
+            return self.getattr(node);
+        };
+        if node.kind == FileKind::Dir {
+            return Err(Errno::EISDIR);
+        }
+        let own;
+        let s = match h.and_then(|h| h.staging.as_ref()) {
+            Some(s) => s,
+            None => {
+                own = self.stage(&node.rel, None)?;
+                &own
+            }
+        };
+        if size > 0 {
+            self.load(s)?;
+        }
+        s.set_len(size)?;
+        if h.is_none() {
+            // truncate(2) by name: no close will follow.
+            self.upload(s)?;
+        }
+        let mut a = s.attr();
+        a.ino = key_ino(&node.rel);
+        Ok(a)
     }
 
     fn readlink(&self, _: &S3Node) -> Result<OsString> {
@@ -297,64 +379,180 @@ impl Store for S3Store {
     }
 
     fn mknod(&self, _: &S3Node, _: &OsStr, _: u32, _: u64, _: Owner) -> Result<(S3Node, Attr)> {
-        Err(EROFS)
+        Err(EPERM)
     }
 
-    fn mkdir(&self, _: &S3Node, _: &OsStr, _: u32, _: Owner) -> Result<(S3Node, Attr)> {
-        Err(EROFS)
+    /// The zero-byte `name/` marker.
+    fn mkdir(&self, parent: &S3Node, name: &OsStr, _: u32, _: Owner) -> Result<(S3Node, Attr)> {
+        let rel = Self::child(parent, name)?;
+        if self.exists(&rel)? || self.has_children(&rel)? {
+            return Err(Errno(libc::EEXIST));
+        }
+        self.put_marker(&rel)?;
+        let mut a = dir_attr(self.owner, self.born);
+        a.ino = key_ino(&rel);
+        Ok((
+            S3Node {
+                rel,
+                kind: FileKind::Dir,
+            },
+            a,
+        ))
     }
 
     fn symlink(&self, _: &S3Node, _: &OsStr, _: &OsStr, _: Owner) -> Result<(S3Node, Attr)> {
-        Err(EROFS)
+        Err(EPERM)
     }
 
     fn link(&self, _: &S3Node, _: &S3Node, _: &OsStr) -> Result<Attr> {
-        Err(EROFS)
+        Err(EPERM)
     }
 
-    fn unlink(&self, _: &S3Node, _: &OsStr) -> Result<()> {
-        Err(EROFS)
+    fn unlink(&self, parent: &S3Node, name: &OsStr) -> Result<()> {
+        let rel = Self::child(parent, name)?;
+        if !self.exists(&rel)? {
+            return Err(if self.has_children(&rel)? {
+                Errno::EISDIR
+            } else {
+                Errno::ENOENT
+            });
+        }
+        let key = self.key(&rel)?;
+        self.run(self.client()?.s3.delete(&key))?;
+        if let Some(s) = self.staging_of(&rel) {
+            // Writes through a handle still open go nowhere, as on any filesystem.
+            s.st.lock().unlinked = true;
+        }
+        Ok(())
     }
 
-    fn rmdir(&self, _: &S3Node, _: &OsStr) -> Result<()> {
-        Err(EROFS)
+    fn rmdir(&self, parent: &S3Node, name: &OsStr) -> Result<()> {
+        let rel = Self::child(parent, name)?;
+        if self.has_children(&rel)? {
+            return Err(Errno(libc::ENOTEMPTY));
+        }
+        self.delete_marker(&rel)
     }
 
-    fn rename(&self, _: &S3Node, _: &OsStr, _: &S3Node, _: &OsStr, _: u32) -> Result<()> {
-        Err(EROFS)
+    /// A file: copied inside the bucket, then the old key deleted (not atomic: for a moment
+    /// both names exist). A directory: EXDEV (`mv` then copies and deletes file by file).
+    fn rename(
+        &self,
+        parent: &S3Node,
+        name: &OsStr,
+        newparent: &S3Node,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        let (from, to) = (Self::child(parent, name)?, Self::child(newparent, newname)?);
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if !self.exists(&from)? {
+            return Err(if self.has_children(&from)? {
+                Errno(libc::EXDEV)
+            } else {
+                Errno::ENOENT
+            });
+        }
+        if from == to {
+            return Ok(());
+        }
+        if self.has_children(&to)? {
+            return Err(Errno::EISDIR);
+        }
+        if flags & libc::RENAME_NOREPLACE != 0 && self.exists(&to)? {
+            return Err(Errno(libc::EEXIST));
+        }
+        if let Some(s) = self.staging_of(&from) {
+            // What is staged under the old name goes with it.
+            self.upload(&s)?;
+        }
+        let c = self.client()?;
+        let (kf, kt) = (self.key(&from)?, self.key(&to)?);
+        self.run(c.s3.copy(&kf, &kt))?;
+        self.run(c.s3.delete(&kf))?;
+        Ok(())
     }
 
     fn open(&self, node: &S3Node, flags: i32) -> Result<S3Handle> {
+        self.open_based(node, flags, None)
+    }
+
+    fn open_based(&self, node: &S3Node, flags: i32, base: Option<Fingerprint>) -> Result<S3Handle> {
         if node.kind == FileKind::Dir {
             return Err(Errno::EISDIR);
         }
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Err(EROFS);
+            return self.open_write(&node.rel, flags, base);
         }
-        let key = self.key(&node.rel)?;
-        let meta = self.run(self.client()?.s3.head(&key))?;
-        let mut attr = object_attr(&meta, self.owner);
-        attr.ino = key_ino(&node.rel);
-        Ok(S3Handle {
-            rel: node.rel.clone(),
-            attr,
-            etag: meta.e_tag,
-        })
+        if let Some(s) = self.staging_of(&node.rel).filter(|s| s.dirty()) {
+            let mut a = s.attr();
+            a.ino = key_ino(&node.rel);
+            return Ok(self.handle(node.rel.clone(), a, None, None, flags));
+        }
+        let (attr, etag) = self.head(&node.rel)?;
+        Ok(self.handle(node.rel.clone(), attr, etag, None, flags))
     }
 
+    /// A new object exists at once (an empty PUT with If-None-Match): other hosts and
+    /// listings see the name as soon as the application does.
     fn create(
         &self,
-        _: &S3Node,
-        _: &OsStr,
+        parent: &S3Node,
+        name: &OsStr,
         _: u32,
-        _: i32,
+        flags: i32,
         _: Owner,
     ) -> Result<(S3Node, Attr, S3Handle)> {
-        Err(EROFS)
+        let rel = Self::child(parent, name)?;
+        if self.has_children(&rel)? {
+            return Err(if flags & libc::O_EXCL != 0 {
+                Errno(libc::EEXIST)
+            } else {
+                Errno::EISDIR
+            });
+        }
+        let key = self.key(&rel)?;
+        let c = self.client()?;
+        let put = self.run(c.s3.put_opts(
+            &key,
+            object_store::PutPayload::default(),
+            PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            },
+        ));
+        match put {
+            Ok(_) => {}
+            Err(Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
+            Err(e) => return Err(e),
+        }
+        let h = self.open_write(&rel, flags | libc::O_WRONLY, None)?;
+        let a = h.attr;
+        Ok((Self::file_node(rel), a, h))
     }
 
     fn read(&self, h: &S3Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let end = h.attr.size.min(offset.saturating_add(buf.len() as u64));
+        let staged = h
+            .staging
+            .clone()
+            .or_else(|| self.staging_of(&h.rel))
+            .filter(|s| s.st.lock().loaded);
+        if let Some(s) = staged {
+            return s.read_at(offset, buf);
+        }
+        let (size, etag) = match &h.staging {
+            Some(s) => {
+                let g = s.st.lock();
+                match &g.base {
+                    Base::Etag(e) => (g.remote.size, Some(e.clone())),
+                    _ => (g.remote.size, None),
+                }
+            }
+            None => (h.attr.size, h.etag.clone()),
+        };
+        let end = size.min(offset.saturating_add(buf.len() as u64));
         if offset >= end {
             return Ok(0);
         }
@@ -362,7 +560,7 @@ impl Store for S3Store {
         let opts = GetOptions {
             range: Some(GetRange::Bounded(offset..end)),
             // The version the handle was opened at, or ESTALE (Precondition).
-            if_match: h.etag.clone(),
+            if_match: etag,
             ..Default::default()
         };
         let c = self.client()?;
@@ -376,16 +574,39 @@ impl Store for S3Store {
         Ok(n)
     }
 
-    fn write(&self, _: &S3Handle, _: u64, _: &[u8]) -> Result<u64> {
-        Err(EROFS)
+    fn write(&self, h: &S3Handle, offset: u64, data: &[u8]) -> Result<u64> {
+        let s = h.staging.as_ref().ok_or(Errno::EBADF)?;
+        self.load(s)?;
+        let at = if h.append { s.st.lock().size } else { offset };
+        s.write_at(at, data)?;
+        Ok(at)
     }
 
     fn fstat(&self, h: &S3Handle) -> Result<Attr> {
-        Ok(h.attr)
+        Ok(match &h.staging {
+            Some(s) => {
+                let mut a = s.attr();
+                a.ino = h.attr.ino;
+                a
+            }
+            None => h.attr,
+        })
     }
 
-    fn fsync(&self, _: &S3Handle, _: bool) -> Result<()> {
-        Ok(())
+    /// The object is durable in the bucket when this returns (uploaded if staged).
+    fn fsync(&self, h: &S3Handle, _: bool) -> Result<()> {
+        match &h.staging {
+            Some(s) => self.upload(s),
+            None => Ok(()),
+        }
+    }
+
+    fn close(&self, h: &S3Handle) -> Result<()> {
+        self.fsync(h, false)
+    }
+
+    fn publishes_at_sync(&self) -> bool {
+        true
     }
 
     fn fsyncdir(&self, _: &S3Node, _: bool) -> Result<()> {
@@ -393,11 +614,11 @@ impl Store for S3Store {
     }
 
     fn fallocate(&self, _: &S3Handle, _: i32, _: u64, _: u64) -> Result<()> {
-        Err(EROFS)
+        Err(Errno(libc::EOPNOTSUPP))
     }
 
     fn lseek(&self, h: &S3Handle, offset: i64, whence: i32) -> Result<i64> {
-        let size = h.attr.size as i64;
+        let size = self.fstat(h)?.size as i64;
         match whence {
             // Objects have no holes.
             libc::SEEK_DATA if offset < size => Ok(offset),
@@ -449,8 +670,10 @@ impl Store for S3Store {
             if Some(&meta.location) == prefix.as_ref() || dirs.contains(name) {
                 continue;
             }
+            let rel = rel_of(name);
             let mut a = object_attr(meta, self.owner);
-            a.ino = key_ino(&rel_of(name));
+            a.ino = key_ino(&rel);
+            let a = self.overlay(&rel, a);
             out.push((entry(name, a), Some(a)));
         }
         Ok(out)

@@ -238,6 +238,22 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.open(node, flags)
     }
+    fn open_based(
+        &self,
+        node: &S::Node,
+        flags: i32,
+        base: Option<crate::Fingerprint>,
+    ) -> Result<S::Handle> {
+        self.faults.enter(Meta)?;
+        self.inner.open_based(node, flags, base)
+    }
+    fn close(&self, handle: &S::Handle) -> Result<()> {
+        self.faults.enter(Write)?;
+        self.inner.close(handle)
+    }
+    fn publishes_at_sync(&self) -> bool {
+        self.inner.publishes_at_sync()
+    }
     fn create(
         &self,
         parent: &S::Node,

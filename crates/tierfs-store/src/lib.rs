@@ -104,6 +104,29 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<()>;
     /// Opens an existing file. `flags` are open(2) flags as the application gave them.
     fn open(&self, node: &Self::Node, flags: i32) -> Result<Self::Handle>;
+    /// Opens a file to write data that was made on version `base` of it (the write-back
+    /// flusher: the fingerprint the application's writes were made on). A store that can
+    /// tell versions apart at upload (S3, by ETag) refuses to let that data overwrite another
+    /// writer's version. Default: [`Store::open`].
+    fn open_based(
+        &self,
+        node: &Self::Node,
+        flags: i32,
+        _base: Option<Fingerprint>,
+    ) -> Result<Self::Handle> {
+        self.open(node, flags)
+    }
+    /// close(2) of a handle (FUSE FLUSH). A store whose objects are replaced whole (S3)
+    /// uploads what was written through it here; a filesystem has nothing to do.
+    fn close(&self, _handle: &Self::Handle) -> Result<()> {
+        Ok(())
+    }
+    /// Written data reaches the store only at [`Store::fsync`] and [`Store::close`] (S3):
+    /// the file's version changes there, not at each write, and a write-back flusher syncs a
+    /// file once it is complete rather than after each flush group.
+    fn publishes_at_sync(&self) -> bool {
+        false
+    }
     /// Creates (or opens, without O_EXCL) a regular file.
     fn create(
         &self,

@@ -176,10 +176,52 @@ impl<S: Store> Objects<S> {
         };
         for of in files {
             if let Some(h) = of.handle.get() {
-                self.sh.store.fsync(h, datasync)?;
+                if self.sh.store.publishes_at_sync() {
+                    self.published(&of, h, |h| self.sh.store.fsync(h, datasync))?;
+                } else {
+                    self.sh.store.fsync(h, datasync)?;
+                }
             }
             // Never opened in the backing store: nothing of ours to make durable.
         }
+        Ok(())
+    }
+
+    /// close(2) (FUSE FLUSH) of open file `fh`, on a store that publishes what was written
+    /// at close (S3): its writes are uploaded now, and close reports whether they were.
+    pub fn close(&self, fh: u64) -> Result<()> {
+        let of = self.open_file(fh)?;
+        let writable =
+            of.flags & libc::O_ACCMODE != libc::O_RDONLY || of.flags & libc::O_TRUNC != 0;
+        match of.handle.get() {
+            Some(h) if writable && self.sh.store.publishes_at_sync() => {
+                self.published(&of, h, |h| self.sh.store.close(h))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `publish` (an fsync or close that uploads the file: a new version of it, made
+    /// by us) under the file's exclusive lock, so no write of ours lands half in it; then
+    /// takes the new version as the cached blocks' own.
+    fn published(
+        &self,
+        of: &OpenFile<S>,
+        h: &Handle<S>,
+        publish: impl FnOnce(&Handle<S>) -> Result<()>,
+    ) -> Result<()> {
+        let _w = of.state.rw.write();
+        let v = of.state.version();
+        if let Err(e) = publish(h) {
+            // Not uploaded (kept in the lost directory on a conflict): what we cached of it
+            // is not what the store has.
+            of.state.invalidate(None);
+            self.ns.meta.drop_attr(of.inode.id());
+            return Err(e);
+        }
+        let a = self.sh.fstat_as(&of.state, h)?;
+        of.state.set_after_own_write(v.gen, &a);
+        self.ns.meta.put_attr(&a, Instant::now());
         Ok(())
     }
 

@@ -396,13 +396,19 @@ impl<S: Store> Fs<S> {
         self.data.fsync(ino, fh, datasync)
     }
 
-    /// close(2) (FUSE FLUSH): in write-back mode the file's data per `writeback.close`, and a
-    /// flush error not yet reported.
-    pub fn flush(&self, ino: u64) -> Result<()> {
+    /// close(2) (FUSE FLUSH) of open file `fh`: in write-back mode the file's data per
+    /// `writeback.close`, and a flush error not yet reported; in write-through mode, on a
+    /// store that publishes at close (S3), the upload of what was written.
+    pub fn flush(&self, ino: u64, fh: u64) -> Result<()> {
         match self.wb() {
             Some(wb) => wb.flush(ino),
-            None => Ok(()),
+            None => self.data.close(fh),
         }
+    }
+
+    /// close(2) must reach the daemon: write-back, or a store that publishes at close.
+    pub fn wants_close(&self) -> bool {
+        self.wb().is_some() || self.sh.store.publishes_at_sync()
     }
 
     pub fn fallocate(&self, ino: u64, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {

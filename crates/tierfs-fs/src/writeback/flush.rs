@@ -150,7 +150,15 @@ impl<S: Store> Writeback<S> {
             return Ok(true);
         }
         let node = self.ns.node(i)?;
-        let h = self.sh.store.open(&node, libc::O_WRONLY)?;
+        let publishes = self.sh.store.publishes_at_sync();
+        let held = self.held.lock().remove(&st.journal_key);
+        let h = match held {
+            Some(h) => h,
+            None => {
+                let base = st.dirty.lock().as_ref().and_then(|d| d.base);
+                self.sh.store.open_based(&node, libc::O_WRONLY, base)?
+            }
+        };
         let chunk = self.cfg.chunk as usize;
         let (mut from, mut done) = (0u64, 0u64);
         loop {
@@ -218,13 +226,18 @@ impl<S: Store> Writeback<S> {
                 break;
             }
         }
-        if budget != u64::MAX && done < budget {
+        // A store that uploads whole objects at sync (S3) syncs a file once it is complete:
+        // a sync after each flush group would upload the whole file again each time.
+        if budget != u64::MAX && (done < budget || publishes) {
             let busy = st
                 .dirty
                 .lock()
                 .as_ref()
                 .is_some_and(|d| d.last_write.elapsed() < SYNC_IDLE);
             if busy {
+                if publishes {
+                    self.held.lock().insert(st.journal_key, h);
+                }
                 return Ok(false);
             }
         }
@@ -245,8 +258,34 @@ impl<S: Store> Writeback<S> {
                 st.set_after_own_write(st.version().gen, &a);
             }
         }
-        self.sh.store.fsync(&h, false)?;
+        let mut conflict = None;
+        match self.sh.store.fsync(&h, false) {
+            Ok(()) => {}
+            // Another writer changed the object since our writes' version (S3 If-Match): the
+            // store kept our contents in the lost directory instead of overwriting theirs.
+            // The journal lets go of them; the application hears ESTALE at fsync or close.
+            Err(e) if publishes && e == Errno(libc::ESTALE) => {
+                self.c.flush_conflicts.fetch_add(1, Relaxed);
+                let _w = st.rw.write();
+                st.invalidate(None);
+                conflict = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
         self.c.flush_syncs.fetch_add(1, Relaxed);
+        if publishes && conflict.is_none() {
+            // The upload made a new version: ours, so the cached blocks stay valid under it,
+            // and the next writes are made on it.
+            let _w = st.rw.write();
+            let v = st.version();
+            if let Ok(a) = self.sh.fstat_as(&st, &h) {
+                st.set_after_own_write(v.gen, &a);
+                self.ns.meta.put_attr(&a, Instant::now());
+                if let Some(d) = st.dirty.lock().as_mut() {
+                    d.base = Some(a.fingerprint());
+                }
+            }
+        }
         if st.created.swap(false, AcqRel) {
             // Its name must be as durable as its data before the journal lets go of it.
             let parent = i.origin.lock().clone();
@@ -268,6 +307,9 @@ impl<S: Store> Writeback<S> {
         }
         if let Some(d) = st.dirty.lock().as_mut() {
             d.error = None;
+        }
+        if conflict.is_some() {
+            *st.pending_error.lock() = conflict;
         }
         self.settle_clean(i);
         Ok(true)
@@ -338,7 +380,8 @@ impl<S: Store> Writeback<S> {
     /// A flush error of this file not yet reported to the application, taken.
     pub(crate) fn take_flush_error(&self, i: &Inode<St<S>>) -> Result<()> {
         let Some(st) = &i.file else { return Ok(()) };
-        match st.dirty.lock().as_mut().and_then(|d| d.error.take()) {
+        let e = st.dirty.lock().as_mut().and_then(|d| d.error.take());
+        match e.or_else(|| st.pending_error.lock().take()) {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -65,6 +65,10 @@ pub struct Writeback<S: Store> {
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// For the flush rate in stats: when it was last computed, bytes flushed then, the rate.
     pub(crate) rate: Mutex<(std::time::Instant, u64, u64)>,
+    /// On a store that publishes at sync (S3): the flusher's handle of a file whose flush
+    /// was left unsynced (still being written), kept so its staged contents carry over to the
+    /// next flush group instead of being uploaded or staged again.
+    pub(crate) held: Mutex<std::collections::HashMap<(u64, u64), crate::shared::Handle<S>>>,
 }
 
 impl<S: Store> Writeback<S> {
@@ -118,6 +122,7 @@ impl<S: Store> Writeback<S> {
             flush_writes: g(&c.flush_writes),
             flush_syncs: g(&c.flush_syncs),
             flush_errors: g(&c.flush_errors),
+            flush_conflicts: g(&c.flush_conflicts),
             throttled_writes: g(&c.throttled_writes),
             throttle_ms: g(&c.throttle_ms),
             hard_waits: g(&c.hard_waits),

@@ -63,6 +63,7 @@ impl<S: Store> Writeback<S> {
             stop: AtomicBool::new(false),
             threads: Default::default(),
             rate: Mutex::new((Instant::now(), 0, 0)),
+            held: Mutex::new(Default::default()),
         });
         {
             let _g = wb.live.resize.lock();

@@ -12,6 +12,9 @@ pub struct WbCounters {
     pub flush_writes: AtomicU64,
     pub flush_syncs: AtomicU64,
     pub flush_errors: AtomicU64,
+    /// Flushes refused because another writer changed the object first (S3 If-Match): the
+    /// data was kept in the lost directory, the application told at its next fsync/close.
+    pub flush_conflicts: AtomicU64,
     pub throttled_writes: AtomicU64,
     pub throttle_ms: AtomicU64,
     pub hard_waits: AtomicU64,

@@ -134,7 +134,12 @@ impl<S: Store> Writeback<S> {
             let _w = st.rw.write();
             let mut g = st.dirty.lock();
             let created = g.is_none();
-            let d = g.get_or_insert_with(|| Dirty::new(st.version().fp.size, path.clone()));
+            let d = g.get_or_insert_with(|| {
+                let v = st.version();
+                let mut d = Dirty::new(v.fp.size, path.clone());
+                d.base = Some(v.fp);
+                d
+            });
             let file = FileRef {
                 dev: st.journal_key.0,
                 ino: st.journal_key.1,

@@ -1,0 +1,167 @@
+//! A written object before it is uploaded: a local file holding its whole new contents.
+//!
+//! S3 replaces objects whole, so a write lands in a staging file (an unnamed file in the
+//! staging directory, on the cache's disk: a full disk is ENOSPC at write(), never at
+//! upload) and the object is uploaded from it at fsync and close ([`crate::upload`]). A random
+//! write to an existing object first copies the object in (read-modify-write), once.
+//!
+//! Every handle of one key shares one staging (the store's registry), and every read of the
+//! key, by any handle, is served from it while it holds what the bucket does not have yet:
+//! tierfs sees its own writes before they are uploaded, as on any filesystem.
+
+use crate::attrs::etag_nanos;
+use parking_lot::Mutex;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use tierfs_store::{Attr, Errno, Result, TimeSpec};
+
+/// What the staged contents were made from, and so the condition of their upload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Base {
+    /// Nothing: the object must still not exist (If-None-Match: *).
+    Absent,
+    /// This version (ETag): it must still be the one in the bucket (If-Match).
+    Etag(String),
+    /// The object changed in the bucket behind our back before our writes reached it: an
+    /// upload would overwrite the other writer, so it fails (ESTALE) and the staged contents
+    /// are kept in the lost directory instead.
+    Conflict(String),
+}
+
+pub(crate) struct State {
+    pub base: Base,
+    /// The file holds the whole object of `base` (copied in, or nothing to copy).
+    pub loaded: bool,
+    /// Holds changes not uploaded yet.
+    pub dirty: bool,
+    pub size: u64,
+    /// When the staged contents last changed (they are shown with this mtime until uploaded).
+    pub mtime: TimeSpec,
+    /// Counts changes: an upload that saw `n` leaves the staging clean only if still `n`.
+    pub changes: u64,
+    /// The object's attributes in the bucket, as of `base`.
+    pub remote: Attr,
+    /// The name was unlinked: nothing more is uploaded.
+    pub unlinked: bool,
+}
+
+pub(crate) struct Staging {
+    pub rel: Arc<str>,
+    pub file: File,
+    pub st: Mutex<State>,
+    /// One upload at a time.
+    pub uploading: Mutex<()>,
+}
+
+impl Staging {
+    pub fn new(dir: &Path, rel: Arc<str>, base: Base, remote: Attr) -> Result<Staging> {
+        let file = tempfile::tempfile_in(dir).map_err(|e| {
+            tracing::error!("S3 staging in {}: {e}", dir.display());
+            Errno(e.raw_os_error().unwrap_or(libc::EIO))
+        })?;
+        Ok(Staging {
+            rel,
+            file,
+            st: Mutex::new(State {
+                loaded: remote.size == 0 || base == Base::Absent,
+                dirty: false,
+                size: remote.size,
+                mtime: remote.mtime,
+                changes: 0,
+                unlinked: false,
+                base,
+                remote,
+            }),
+            uploading: Mutex::new(()),
+        })
+    }
+
+    /// The attributes to show: the bucket's, or the staged contents' while not uploaded (a
+    /// new fingerprint at every change: ctime's nanoseconds count the changes).
+    pub fn attr(&self) -> Attr {
+        let g = self.st.lock();
+        if !g.dirty {
+            return g.remote;
+        }
+        let mut a = g.remote;
+        a.size = g.size;
+        a.blocks = g.size.div_ceil(512);
+        a.mtime = g.mtime;
+        a.ctime = TimeSpec {
+            sec: g.mtime.sec,
+            nsec: etag_nanos(Some(&format!("staged {}", g.changes))),
+        };
+        a
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.st.lock().dirty
+    }
+
+    /// Copies the object in first if needed (`fetch` fills the file with the object of the
+    /// base version and returns its length), so a change applies to the whole object.
+    pub fn load(&self, fetch: impl FnOnce(&File, &mut Base) -> Result<u64>) -> Result<()> {
+        let mut g = self.st.lock();
+        if g.loaded {
+            return Ok(());
+        }
+        let n = fetch(&self.file, &mut g.base)?;
+        g.size = n;
+        g.loaded = true;
+        Ok(())
+    }
+
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let mut g = self.st.lock();
+        debug_assert!(g.loaded);
+        self.file.write_all_at(data, offset).map_err(io_errno)?;
+        g.size = g.size.max(offset + data.len() as u64);
+        changed(&mut g);
+        Ok(())
+    }
+
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        let mut g = self.st.lock();
+        self.file.set_len(size).map_err(io_errno)?;
+        g.size = size;
+        g.loaded = true;
+        changed(&mut g);
+        Ok(())
+    }
+
+    /// Reads the staged contents (only meaningful once loaded).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = self.st.lock().size;
+        let end = size.min(offset.saturating_add(buf.len() as u64));
+        if offset >= end {
+            return Ok(0);
+        }
+        let n = (end - offset) as usize;
+        self.file
+            .read_exact_at(&mut buf[..n], offset)
+            .map_err(io_errno)?;
+        Ok(n)
+    }
+}
+
+fn changed(g: &mut State) {
+    g.dirty = true;
+    g.changes += 1;
+    g.mtime = now();
+}
+
+pub(crate) fn now() -> TimeSpec {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    TimeSpec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    }
+}
+
+pub(crate) fn io_errno(e: std::io::Error) -> Errno {
+    Errno(e.raw_os_error().unwrap_or(libc::EIO))
+}
