@@ -50,6 +50,20 @@ impl Putter {
         }
     }
 
+    fn get(&self, key: &str) -> Vec<u8> {
+        self.rt
+            .block_on(async {
+                self.s3
+                    .get(&Key::parse(key).unwrap())
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+            })
+            .unwrap()
+            .to_vec()
+    }
+
     fn put(&self, key: &str, data: &[u8]) {
         let p = PutPayload::from(data.to_vec());
         self.rt
@@ -146,15 +160,51 @@ fn a_bucket_reads_as_a_tree_and_versions_follow_the_etag() {
     let n = store.read(&h2, 0, &mut buf).unwrap();
     assert!(buf[..n] == v2[..n]);
 
-    // Read-only for now: a clear errno, nothing changed.
+    // Writes are staged, seen by every handle of the key, and in the bucket at fsync.
+    let local = tempfile::tempdir().unwrap();
+    store
+        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
+        .unwrap();
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 10, b"hello").unwrap();
+    let r = store.open(&f, libc::O_RDONLY).unwrap();
+    let n = store.read(&r, 0, &mut buf).unwrap();
+    assert_eq!(n, buf.len());
+    assert_eq!(&buf[10..15], b"hello");
+    assert_eq!(put.get("pre/d/big.bin"), v2, "uploaded before fsync");
+    store.fsync(&w, false).unwrap();
+    let mut v3 = v2.clone();
+    v3[10..15].copy_from_slice(b"hello");
+    assert_eq!(put.get("pre/d/big.bin"), v3);
+
+    // Replaced behind our back while we wrote: the upload is refused (ESTALE), the other
+    // writer's object stays, ours is kept in the lost directory.
+    store.write(&w, 20, b"ours").unwrap();
+    put.put("pre/d/big.bin", &v2);
+    assert_eq!(store.fsync(&w, false).unwrap_err(), Errno(libc::ESTALE));
+    assert_eq!(put.get("pre/d/big.bin"), v2);
+    let kept: Vec<_> = std::fs::read_dir(local.path().join("lost"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().ends_with(".txt"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    let mut ours = v3;
+    ours[20..24].copy_from_slice(b"ours");
+    assert!(std::fs::read(&kept[0]).unwrap() == ours);
+
+    // mkdir makes a `dir/` marker; rmdir of a non-empty directory is ENOTEMPTY.
+    let (e, _) = store
+        .mkdir(&root, OsStr::new("empty"), 0o755, None)
+        .unwrap();
+    assert!(names(&store, &root).contains_key("empty"));
+    assert!(names(&store, &e).is_empty());
     assert_eq!(
-        store.open(&f, libc::O_WRONLY).err(),
-        Some(Errno(libc::EROFS))
+        store.rmdir(&root, OsStr::new("d")).unwrap_err(),
+        Errno(libc::ENOTEMPTY)
     );
-    assert_eq!(
-        store.unlink(&d, OsStr::new("big.bin")).unwrap_err(),
-        Errno(libc::EROFS)
-    );
+    store.rmdir(&root, OsStr::new("empty")).unwrap();
+    assert!(!names(&store, &root).contains_key("empty"));
 }
 
 #[test]
