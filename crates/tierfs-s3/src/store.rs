@@ -167,7 +167,8 @@ impl S3Store {
         let base = match (expect, etag) {
             (Some(fp), _) if fp != attr.fingerprint() => Base::Conflict(
                 "the object was changed in the bucket by another writer before our written \
-                 data reached it"
+                 data reached it (kept: our writes applied to the object as the other writer \
+                 left it)"
                     .into(),
             ),
             (_, Some(e)) => Base::Etag(e),
