@@ -234,23 +234,27 @@ impl S3Store {
         }
     }
 
-    /// Whether anything is under `rel/` besides its own marker.
-    fn has_children(&self, rel: &str) -> Result<bool> {
+    /// Whether `rel` is a directory (a `rel/` marker or keys under `rel/`), and whether it
+    /// has anything in it besides its marker.
+    fn dir_state(&self, rel: &str) -> Result<(bool, bool)> {
         let key = self.key(rel)?;
         let c = self.client()?;
         let mut list = c.s3.list(Some(&key));
-        let first = c.rt.block_on(async {
-            let mut found = false;
+        let state = c.rt.block_on(async {
+            let mut is_dir = false;
             while let Some(m) = list.next().await {
-                let m = m?;
-                if m.location != key {
-                    found = true;
-                    break;
+                is_dir = true;
+                if m?.location != key {
+                    return Ok::<_, object_store::Error>((true, true));
                 }
             }
-            Ok::<_, object_store::Error>(found)
+            Ok((is_dir, false))
         });
-        first.map_err(|e| errno(&e))
+        state.map_err(|e| errno(&e))
+    }
+
+    fn is_dir(&self, rel: &str) -> Result<bool> {
+        Ok(self.dir_state(rel)?.0)
     }
 }
 
@@ -386,7 +390,7 @@ impl Store for S3Store {
     /// The zero-byte `name/` marker.
     fn mkdir(&self, parent: &S3Node, name: &OsStr, _: u32, _: Owner) -> Result<(S3Node, Attr)> {
         let rel = Self::child(parent, name)?;
-        if self.exists(&rel)? || self.has_children(&rel)? {
+        if self.exists(&rel)? || self.is_dir(&rel)? {
             return Err(Errno(libc::EEXIST));
         }
         self.put_marker(&rel)?;
@@ -412,7 +416,7 @@ impl Store for S3Store {
     fn unlink(&self, parent: &S3Node, name: &OsStr) -> Result<()> {
         let rel = Self::child(parent, name)?;
         if !self.exists(&rel)? {
-            return Err(if self.has_children(&rel)? {
+            return Err(if self.is_dir(&rel)? {
                 Errno::EISDIR
             } else {
                 Errno::ENOENT
@@ -429,8 +433,11 @@ impl Store for S3Store {
 
     fn rmdir(&self, parent: &S3Node, name: &OsStr) -> Result<()> {
         let rel = Self::child(parent, name)?;
-        if self.has_children(&rel)? {
-            return Err(Errno(libc::ENOTEMPTY));
+        match self.dir_state(&rel)? {
+            (_, true) => return Err(Errno(libc::ENOTEMPTY)),
+            (false, _) if self.exists(&rel)? => return Err(Errno::ENOTDIR),
+            (false, _) => return Err(Errno::ENOENT),
+            (true, false) => {}
         }
         self.delete_marker(&rel)
     }
@@ -450,7 +457,7 @@ impl Store for S3Store {
             return Err(Errno::EINVAL);
         }
         if !self.exists(&from)? {
-            return Err(if self.has_children(&from)? {
+            return Err(if self.is_dir(&from)? {
                 Errno(libc::EXDEV)
             } else {
                 Errno::ENOENT
@@ -459,7 +466,7 @@ impl Store for S3Store {
         if from == to {
             return Ok(());
         }
-        if self.has_children(&to)? {
+        if self.is_dir(&to)? {
             return Err(Errno::EISDIR);
         }
         if flags & libc::RENAME_NOREPLACE != 0 && self.exists(&to)? {
@@ -507,7 +514,7 @@ impl Store for S3Store {
         _: Owner,
     ) -> Result<(S3Node, Attr, S3Handle)> {
         let rel = Self::child(parent, name)?;
-        if self.has_children(&rel)? {
+        if self.is_dir(&rel)? {
             return Err(if flags & libc::O_EXCL != 0 {
                 Errno(libc::EEXIST)
             } else {
