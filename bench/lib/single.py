@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import s3bench
 import ssd
 import writerun
 from benchcore import (DEFAULT_SIZE, PLOT, RESULTS, ROOT, SLOWFS_BIN, SYS_PYTHON, TIERFS_BIN,
@@ -24,6 +25,14 @@ def workload(name: str, description: str):
         WORKLOADS[name] = (fn, description)
         return fn
     return reg
+
+
+@workload("s3", "tierfs over a real S3 server (versitygw) with added latency: cold and warm "
+                "sequential reads, grep -r after a remount and a write + fsync, against a "
+                "plain parallel ranged-GET client and rclone mount (S3 backend); "
+                "bench/lib/s3bench.py")
+def wl_s3(b: Bench) -> Result:
+    return s3bench.wl_s3(b)
 
 
 @workload("seqread", "sequential read of one large file: slow store direct, tierfs cold, "
