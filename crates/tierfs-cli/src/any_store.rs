@@ -232,6 +232,17 @@ impl Store for AnyStore {
     fn fsync(&self, handle: &AnyHandle, datasync: bool) -> Result<()> {
         on_handle!(self, handle, |s, h| s.fsync(h, datasync))
     }
+    fn child_node(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        kind: tierfs_store::FileKind,
+    ) -> Option<AnyNode> {
+        match (self, parent) {
+            (AnyStore::S3(s), AnyNode::S3(p)) => s.child_node(p, name, kind).map(AnyNode::S3),
+            _ => None,
+        }
+    }
     fn close(&self, handle: &AnyHandle) -> Result<()> {
         on_handle!(self, handle, |s, h| s.close(h))
     }

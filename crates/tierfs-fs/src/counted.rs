@@ -205,6 +205,14 @@ impl<S: Store> Store for CountedStore<S> {
     fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
         self.count(&self.counters.open, self.inner.open(node, flags))
     }
+    fn child_node(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        kind: tierfs_store::FileKind,
+    ) -> Option<S::Node> {
+        self.inner.child_node(parent, name, kind)
+    }
     fn open_based(
         &self,
         node: &S::Node,

@@ -51,6 +51,13 @@ pub struct IdNode<N> {
     id: Ident,
 }
 
+impl<N> IdNode<N> {
+    /// The identity of the object the node leads to.
+    pub fn id(&self) -> Ident {
+        self.id
+    }
+}
+
 /// A store's open file with the identity of its object.
 pub struct IdHandle<H> {
     inner: H,
@@ -195,6 +202,22 @@ impl<S: Store> Store for IdStore<S> {
     fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)> {
         let r = self.inner.lookup(&parent.inner, name)?;
         Ok(self.node(r, parent.id, name))
+    }
+    /// Only under path identities: an inode identity comes from the store's answer.
+    fn child_node(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        kind: tierfs_store::FileKind,
+    ) -> Option<Self::Node> {
+        if self.identity != Identity::Path {
+            return None;
+        }
+        let inner = self.inner.child_node(&parent.inner, name, kind)?;
+        Some(IdNode {
+            inner,
+            id: self.derive(parent.id, name),
+        })
     }
     fn getattr(&self, node: &Self::Node) -> Result<Attr> {
         Ok(stamp(self.inner.getattr(&node.inner)?, node.id))

@@ -327,6 +327,13 @@ impl Store for S3Store {
         }
     }
 
+    fn child_node(&self, parent: &S3Node, name: &OsStr, kind: FileKind) -> Option<S3Node> {
+        Some(S3Node {
+            rel: Self::child(parent, name).ok()?,
+            kind,
+        })
+    }
+
     fn getattr(&self, node: &S3Node) -> Result<Attr> {
         match node.kind {
             FileKind::Dir => {

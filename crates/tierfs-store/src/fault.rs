@@ -234,6 +234,9 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.rename(parent, name, newparent, newname, flags)
     }
+    fn child_node(&self, parent: &S::Node, name: &OsStr, kind: crate::FileKind) -> Option<S::Node> {
+        self.inner.child_node(parent, name, kind)
+    }
     fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
         self.faults.enter(Meta)?;
         self.inner.open(node, flags)

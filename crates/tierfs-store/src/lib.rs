@@ -60,6 +60,18 @@ pub trait Store: Send + Sync + 'static {
         Ok(Reconnect::Same)
     }
     fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)>;
+    /// The node of `name` in `parent`, an object of kind `kind` a listing showed, made
+    /// without asking the store; None (the default) where a node needs the store (a file
+    /// handle, an inode number). S3 can (a node is its key): a file found by `grep -r` in a
+    /// listed directory then costs no lookup request before its open.
+    fn child_node(
+        &self,
+        _parent: &Self::Node,
+        _name: &OsStr,
+        _kind: FileKind,
+    ) -> Option<Self::Node> {
+        None
+    }
     fn getattr(&self, node: &Self::Node) -> Result<Attr>;
     fn setattr(
         &self,
