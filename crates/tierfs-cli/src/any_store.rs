@@ -220,6 +220,14 @@ impl Store for AnyStore {
     fn read(&self, handle: &AnyHandle, offset: u64, buf: &mut [u8]) -> Result<usize> {
         on_handle!(self, handle, |s, h| s.read(h, offset, buf))
     }
+    fn read_bytes(
+        &self,
+        handle: &AnyHandle,
+        offset: u64,
+        len: usize,
+    ) -> Result<tierfs_store::Bytes> {
+        on_handle!(self, handle, |s, h| s.read_bytes(h, offset, len))
+    }
     fn write(&self, handle: &AnyHandle, offset: u64, data: &[u8]) -> Result<u64> {
         on_handle!(self, handle, |s, h| s.write(h, offset, data))
     }

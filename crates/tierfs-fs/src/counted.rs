@@ -250,6 +250,16 @@ impl<S: Store> Store for CountedStore<S> {
         }
         r
     }
+    fn read_bytes(&self, handle: &S::Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
+        let r = self.count(
+            &self.counters.read,
+            self.inner.read_bytes(handle, offset, len),
+        );
+        if let Ok(b) = &r {
+            self.counters.read_bytes.fetch_add(b.len() as u64, Relaxed);
+        }
+        r
+    }
     fn write(&self, handle: &S::Handle, offset: u64, data: &[u8]) -> Result<u64> {
         let r = self.count(&self.counters.write, self.inner.write(handle, offset, data));
         if r.is_ok() {

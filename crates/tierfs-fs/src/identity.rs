@@ -329,6 +329,9 @@ impl<S: Store> Store for IdStore<S> {
     fn read(&self, handle: &Self::Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.inner.read(&handle.inner, offset, buf)
     }
+    fn read_bytes(&self, handle: &Self::Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
+        self.inner.read_bytes(&handle.inner, offset, len)
+    }
     fn write(&self, handle: &Self::Handle, offset: u64, data: &[u8]) -> Result<u64> {
         self.inner.write(&handle.inner, offset, data)
     }

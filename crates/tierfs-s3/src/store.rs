@@ -549,13 +549,23 @@ impl Store for S3Store {
     }
 
     fn read(&self, h: &S3Handle, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let b = self.read_bytes(h, offset, buf.len())?;
+        buf[..b.len()].copy_from_slice(&b);
+        Ok(b.len())
+    }
+
+    /// The HTTP body itself: no zeroed buffer, no copy.
+    fn read_bytes(&self, h: &S3Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
         let staged = h
             .staging
             .clone()
             .or_else(|| self.staging_of(&h.rel))
             .filter(|s| s.st.lock().loaded);
         if let Some(s) = staged {
-            return s.read_at(offset, buf);
+            let mut buf = vec![0u8; len];
+            let n = s.read_at(offset, &mut buf)?;
+            buf.truncate(n);
+            return Ok(buf.into());
         }
         let (size, etag) = match &h.staging {
             Some(s) => {
@@ -567,9 +577,9 @@ impl Store for S3Store {
             }
             None => (h.attr.size, h.etag.clone()),
         };
-        let end = size.min(offset.saturating_add(buf.len() as u64));
+        let end = size.min(offset.saturating_add(len as u64));
         if offset >= end {
-            return Ok(0);
+            return Ok(bytes::Bytes::new());
         }
         let key = self.key(&h.rel)?;
         let opts = GetOptions {
@@ -579,14 +589,13 @@ impl Store for S3Store {
             ..Default::default()
         };
         let c = self.client()?;
-        let bytes = self.run(async { c.s3.get_opts(&key, opts).await?.bytes().await })?;
-        let n = bytes.len().min(buf.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
-        if (n as u64) < end - offset {
+        let mut bytes = self.run(async { c.s3.get_opts(&key, opts).await?.bytes().await })?;
+        if (bytes.len() as u64) < end - offset {
             // The object is shorter than the version we opened said: it changed.
             return Err(Errno::ESTALE);
         }
-        Ok(n)
+        bytes.truncate(len);
+        Ok(bytes)
     }
 
     fn write(&self, h: &S3Handle, offset: u64, data: &[u8]) -> Result<u64> {

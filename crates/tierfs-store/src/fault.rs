@@ -274,6 +274,10 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Read)?;
         self.inner.read(handle, offset, buf)
     }
+    fn read_bytes(&self, handle: &S::Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
+        self.faults.enter(Read)?;
+        self.inner.read_bytes(handle, offset, len)
+    }
     fn write(&self, handle: &S::Handle, offset: u64, data: &[u8]) -> Result<u64> {
         self.faults.enter(Write)?;
         self.inner.write(handle, offset, data)

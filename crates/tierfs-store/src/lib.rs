@@ -14,6 +14,8 @@ mod stat_fanout;
 mod store_id;
 
 pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
+/// The buffer type of [`Store::read_bytes`].
+pub use bytes::Bytes;
 pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
@@ -150,6 +152,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(Self::Node, Attr, Self::Handle)>;
     /// Reads up to `buf.len()` bytes at `offset`; short only at end of file.
     fn read(&self, handle: &Self::Handle, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// [`Store::read`] into a buffer of the store's own: a store whose answers arrive as
+    /// buffers (S3's HTTP bodies) hands them over instead of copying them into a zeroed one
+    /// (at 4 MiB per read-ahead fetch, the zeroing and the copy cost a third of a cold
+    /// sequential read's CPU on a 2-core machine).
+    fn read_bytes(&self, handle: &Self::Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
+        let mut buf = vec![0u8; len];
+        let n = self.read(handle, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf.into())
+    }
     /// Writes all of `data` at `offset` (or at the end for an O_APPEND handle); returns the
     /// offset where the data landed.
     fn write(&self, handle: &Self::Handle, offset: u64, data: &[u8]) -> Result<u64>;

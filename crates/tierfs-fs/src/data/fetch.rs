@@ -126,7 +126,7 @@ impl<S: Store> Objects<S> {
         let start = first * bs;
         let end = ((first + run.len() as u64) * bs).min(v.fp.size);
         let _inflight = Gauge::new(&self.sh.stats.fetch_inflight_bytes, end - start);
-        let mut buf = vec![0u8; (end - start) as usize];
+        let want = (end - start) as usize;
         // While the file is read sequentially, its backing reads go one at a time: two reads
         // of one stream in flight interleave at the store and cost a seek each on one disk
         // head. Random readers (no read-ahead window) keep their parallelism.
@@ -145,13 +145,13 @@ impl<S: Store> Objects<S> {
                 return Err(FetchError::Errno(e));
             }
         };
-        let read = self.sh.store.read(handle, start, &mut buf);
+        let read = self.sh.store.read_bytes(handle, start, want);
         drop(serial);
         // The version check comes after the data: if the fingerprint still matches, the data
         // read in between belongs to that version.
-        let outcome = match read {
-            Err(e) => Err(FetchError::Errno(e)),
-            Ok(n) if n < buf.len() => Err(FetchError::Stale),
+        let outcome = match &read {
+            Err(e) => Err(FetchError::Errno(*e)),
+            Ok(b) if b.len() < want => Err(FetchError::Stale),
             Ok(_) => match self.sh.fstat_as(&of.state, handle) {
                 Err(e) => Err(FetchError::Errno(e)),
                 Ok(a) if a.fingerprint() != v.fp => Err(FetchError::Stale),
@@ -178,6 +178,7 @@ impl<S: Store> Objects<S> {
             &self.sh.stats.fetched_blocks
         };
         FsStats::add(counter, run.len() as u64);
+        let buf = read.unwrap_or_default();
         let mut out = Vec::with_capacity(run.len());
         for (i, g) in run.into_iter().enumerate() {
             let s = i * bs as usize;
