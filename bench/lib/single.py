@@ -231,7 +231,9 @@ def write_custom_report(b: Bench, res: Result, machine: dict,
         have_png = p.returncode == 0 and png.exists()
         if not have_png:
             log(f"plot failed: {(p.stderr or '').strip()[-500:]}")
-    L = report_header(b, machine, started, f"{b.args.workload} on slowfs `{b.args.profile}`")
+    title = (f"{b.args.workload} on slowfs `{b.args.profile}`" if b.args.profile != "s3" else
+             "tierfs over an S3 server with added latency")
+    L = report_header(b, machine, started, title)
     L.append("")
     body = res.markdown or ""
     body = body.replace("![plots](PLOT_PNG_PLACEHOLDER)",
