@@ -372,7 +372,9 @@ def wl_s3(b: Bench) -> Result:
                 {"label": "rclone remount", "value": results["rclone", "grep_warm"]}]},
             {"title": f"write {R.human(wsize)} + fsync", "unit": "MB/s", "bars": [
                 {"label": "tierfs", "value": results["tierfs", "write"]},
-                {"label": "rclone", "value": results["rclone", "write"]}]},
+                {"label": "rclone" + ("" if results["rclone", "write_whole"] else
+                                      " (not on the server at fsync)"),
+                 "value": results["rclone", "write"]}]},
         ],
     }
     for (kind, phase), text in stats.items():
