@@ -373,3 +373,71 @@ fn a_daemon_killed_during_a_multipart_upload_loses_nothing_acknowledged() {
         "big differs"
     );
 }
+
+/// The server goes away (nothing listens): what is cached is still served, a name never seen
+/// is an errno (not a hang), and once the server is back new objects are seen. Then the
+/// server hangs (accepts, never answers): the daemon still exits promptly once its mount is
+/// gone, a reader waiting in the server gets an error.
+#[test]
+fn a_vanished_server_is_served_from_the_cache_and_a_hung_one_never_holds_the_daemon() {
+    let mut server = S3Server::start(&["data"]);
+    put_file(&server, "pre/a.txt", b"hello\n");
+    put_file(&server, "pre/d/b.txt", b"bee\n");
+    std::thread::sleep(Duration::from_millis(2500));
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    mount(&m, &server);
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("a.txt")).unwrap(), b"hello\n");
+        assert_eq!(std::fs::read(mnt.join("d/b.txt")).unwrap(), b"bee\n");
+    });
+
+    server.stop();
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let t = std::time::Instant::now();
+        assert_eq!(std::fs::read(mnt.join("a.txt")).unwrap(), b"hello\n");
+        assert_eq!(std::fs::read(mnt.join("d/b.txt")).unwrap(), b"bee\n");
+        let e = std::fs::read(mnt.join("never.txt")).unwrap_err();
+        assert!(e.raw_os_error().is_some(), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    });
+    let st = stats_of(&m.mnt);
+    assert!(n(&st, "backing.notconn") > 0, "{st}");
+
+    server.restart();
+    put_file(&server, "pre/c.txt", b"sea\n");
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let t = std::time::Instant::now();
+        loop {
+            match std::fs::read(mnt.join("c.txt")) {
+                Ok(d) => break assert_eq!(d, b"sea\n"),
+                Err(e) => {
+                    assert!(t.elapsed() < Duration::from_secs(30), "not back: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    });
+
+    server.hang(true);
+    let pid = m.daemon_pid().expect("daemon");
+    let g = m.mnt.join("d/other.txt");
+    let reader = std::thread::spawn(move || std::fs::read(g).map(|d| d.len()));
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    let st = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(&m.mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        wait_exit(pid, Duration::from_secs(10)),
+        "daemon {pid} still running {:?} after its mount went away",
+        t0.elapsed()
+    );
+    assert!(reader.join().unwrap().is_err());
+    server.hang(false);
+}

@@ -3,9 +3,15 @@
 use tierfs_store::Errno;
 
 /// The errno for `e`; anything the server or the network did that has no POSIX meaning is
-/// EIO (logged by the caller with the error's text).
+/// EIO (logged by the caller with the error's text). A server that cannot be reached (refused
+/// or timed-out connections, after object_store's retries) is ENOTCONN, as a dead FUSE store
+/// is: tierfs then serves what it has cached and probes the server until it answers again
+/// (`Store::reconnect`, crates/tierfs-fs/src/health.rs).
 pub fn errno(e: &object_store::Error) -> Errno {
     use object_store::Error as E;
+    if unreachable(e) {
+        return Errno::ENOTCONN;
+    }
     match e {
         E::NotFound { .. } => Errno::ENOENT,
         // The object changed since we read its ETag: the handle's version is gone.
@@ -16,6 +22,30 @@ pub fn errno(e: &object_store::Error) -> Errno {
         E::InvalidPath { .. } => Errno(libc::EINVAL),
         _ => Errno::EIO,
     }
+}
+
+/// Whether `e` says the server could not be reached at all (no answer), as opposed to an
+/// answer that was an error. object_store wraps reqwest's error in its retry error without a
+/// kind of its own, so its text is what there is to go by.
+fn unreachable(e: &object_store::Error) -> bool {
+    let mut text = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    let t = text.to_ascii_lowercase();
+    [
+        "connection refused",
+        "error trying to connect",
+        "tcp connect error",
+        "timed out",
+        "operation timed out",
+        "connection reset",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
 }
 
 /// A one-line description of `e` for the user: S3's error code where the server gave one

@@ -144,15 +144,20 @@ impl RawClient {
                 })
             })
             .await;
-            let retry_why = match sent {
+            let (retry_why, answered) = match sent {
                 Ok(Ok(a)) if !a.status.is_server_error() => return Ok(a),
-                Ok(Ok(a)) => format!("HTTP {}", a.status),
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer in {:?}", self.timeout),
+                Ok(Ok(a)) => (format!("HTTP {}", a.status), true),
+                Ok(Err(e)) => (e.to_string(), false),
+                Err(_) => (format!("no answer in {:?}", self.timeout), false),
             };
             if attempt == TRIES {
                 tracing::warn!("S3 {method} {key}: {retry_why}; gave up after {TRIES} tries");
-                return Err(Errno::EIO);
+                // No answer at all: the server is gone (see errors::errno).
+                return Err(if answered {
+                    Errno::EIO
+                } else {
+                    Errno::ENOTCONN
+                });
             }
             tokio::time::sleep(pause).await;
             pause *= 2;

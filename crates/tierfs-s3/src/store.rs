@@ -272,6 +272,24 @@ impl Store for S3Store {
         Identity::Path
     }
 
+    /// The server answers (one listing request of the prefix, 5 s at most): the bucket is the
+    /// same one, so every node stays valid.
+    fn reconnect(&self) -> Result<tierfs_store::Reconnect> {
+        let c = self.client()?;
+        let prefix = self.dir_key("");
+        let r = c.rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                c.s3.list(prefix.as_ref()).next().await.transpose()
+            })
+            .await
+        });
+        match r {
+            Ok(Ok(_)) => Ok(tierfs_store::Reconnect::Same),
+            Ok(Err(e)) => Err(errno(&e)),
+            Err(_) => Err(Errno::ENOTCONN),
+        }
+    }
+
     fn root(&self) -> Result<(S3Node, Attr)> {
         let mut a = dir_attr(self.owner, self.born);
         a.ino = 1;

@@ -15,6 +15,7 @@ pub struct S3Server {
     #[allow(dead_code)]
     pub dir: tempfile::TempDir,
     pub endpoint: String,
+    port: u16,
 }
 
 fn script() -> PathBuf {
@@ -40,6 +41,28 @@ fn install() {
     });
 }
 
+/// Starts the server on `port` and waits until it listens.
+fn spawn(dir: &Path, port: u16) -> Child {
+    let child = Command::new(script())
+        .arg(dir)
+        .arg(port.to_string())
+        .env("AWS_ACCESS_KEY_ID", ACCESS)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start scripts/s3-server");
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "S3 server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
 impl S3Server {
     /// A server with the buckets `buckets` (empty directories).
     pub fn start(buckets: &[&str]) -> S3Server {
@@ -52,34 +75,39 @@ impl S3Server {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let child = Command::new(script())
-            .arg(dir.path())
-            .arg(port.to_string())
-            .env("AWS_ACCESS_KEY_ID", ACCESS)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start scripts/s3-server");
-        let s = S3Server {
+        let child = spawn(dir.path(), port);
+        S3Server {
             child,
             dir,
             endpoint: format!("http://127.0.0.1:{port}"),
-        };
-        let t = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "S3 server did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+            port,
         }
-        s
+    }
+
+    /// The server goes away: nothing listens on its port.
+    #[allow(dead_code)]
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Back on the same port, serving the same directory.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        self.child = spawn(self.dir.path(), self.port);
+    }
+
+    /// SIGSTOP (`hang`) or SIGCONT: a server that accepts connections and never answers.
+    #[allow(dead_code)]
+    pub fn hang(&self, hang: bool) {
+        let sig = if hang { libc::SIGSTOP } else { libc::SIGCONT };
+        unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 }
 
 impl Drop for S3Server {
     fn drop(&mut self) {
+        self.hang(false);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
