@@ -103,6 +103,13 @@ impl Store for AnyStore {
     fn getattr(&self, node: &AnyNode) -> Result<Attr> {
         on_node!(self, node, |s, n| s.getattr(n))
     }
+    fn revalidate(&self, node: &AnyNode) -> Option<Result<Attr>> {
+        match (self, node) {
+            (AnyStore::Posix(s), AnyNode::Posix(n)) => s.revalidate(n),
+            (AnyStore::S3(s), AnyNode::S3(n)) => s.revalidate(n),
+            _ => Some(Err(Errno::EIO)),
+        }
+    }
     fn setattr(&self, node: &AnyNode, handle: Option<&AnyHandle>, set: &SetAttr) -> Result<Attr> {
         match (self, node, handle) {
             (AnyStore::Posix(s), AnyNode::Posix(n), None) => s.setattr(n, None, set),

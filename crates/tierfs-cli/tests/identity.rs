@@ -119,6 +119,10 @@ fn renumbering_store_hits_ram_after_forget_and_ssd_after_remount() {
             "after a remount the SSD tier should have served everything: {st}"
         );
         assert!(n(&st, "ssd.hits") > 0, "{st}");
+        // Close-to-open checked each open by the store's fresh attributes, and nothing
+        // opened in the store: every byte came from the caches.
+        assert!(n(&st, "checked_opens") >= FILES.len() as u64, "{st}");
+        assert_eq!(n(&st, "backing.open"), 0, "{st}");
     });
 }
 

@@ -134,6 +134,10 @@ impl<S: Store> Store for CountedStore<S> {
     fn getattr(&self, node: &S::Node) -> Result<Attr> {
         self.count(&self.counters.getattr, self.inner.getattr(node))
     }
+    fn revalidate(&self, node: &S::Node) -> Option<Result<Attr>> {
+        let r = self.inner.revalidate(node)?;
+        Some(self.count(&self.counters.getattr, r))
+    }
     fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
         self.count(&self.counters.other, self.inner.setattr(node, handle, set))
     }

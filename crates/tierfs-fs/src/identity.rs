@@ -222,6 +222,13 @@ impl<S: Store> Store for IdStore<S> {
     fn getattr(&self, node: &Self::Node) -> Result<Attr> {
         Ok(stamp(self.inner.getattr(&node.inner)?, node.id))
     }
+    fn revalidate(&self, node: &Self::Node) -> Option<Result<Attr>> {
+        Some(
+            self.inner
+                .revalidate(&node.inner)?
+                .map(|a| stamp(a, node.id)),
+        )
+    }
     fn setattr(
         &self,
         node: &Self::Node,

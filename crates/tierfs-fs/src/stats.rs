@@ -36,6 +36,9 @@ pub struct FsStats {
     pub meta_listings: AtomicU64,
     /// Opens answered without the backing store (`meta.cto=off`).
     pub lazy_opens: AtomicU64,
+    /// Read-only opens checked by the store's fresh attributes, the backing file opened only
+    /// if a read misses the caches (`Store::revalidate`).
+    pub checked_opens: AtomicU64,
     /// Opens the kernel asked us for (none after the first with FUSE no-open).
     pub opens: AtomicU64,
     /// Implicit per-inode files made for reads and writes of files the kernel opened
@@ -156,6 +159,7 @@ pub struct StatsSnapshot {
     pub ssd: Option<tierfs_cache::SsdStats>,
     pub meta_listings: u64,
     pub lazy_opens: u64,
+    pub checked_opens: u64,
     pub opens: u64,
     pub implicit_files: u64,
     /// Write-back counters; absent in write-through mode.

@@ -163,6 +163,14 @@ impl<S: Store> Store for FaultStore<S> {
         self.faults.enter(Meta)?;
         self.inner.getattr(node).map(|a| self.renum(a))
     }
+    fn revalidate(&self, node: &S::Node) -> Option<Result<Attr>> {
+        let r = self.inner.revalidate(node)?;
+        Some(
+            self.faults
+                .enter(Meta)
+                .and_then(|_| r.map(|a| self.renum(a))),
+        )
+    }
     fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
         self.faults
             .enter(if set.size.is_some() { Write } else { Meta })?;

@@ -75,6 +75,14 @@ pub trait Store: Send + Sync + 'static {
         None
     }
     fn getattr(&self, node: &Self::Node) -> Result<Attr>;
+    /// Attributes fresh from the store, for the close-to-open check of a read-only open,
+    /// without opening the object: the data then comes from the caches, and the object is
+    /// opened only if a read misses them (over sshfs or NFS an open is a round trip of its
+    /// own, a revalidation is none or one GETATTR). None (the default): opening costs no more
+    /// than asking (S3: the open is the HEAD), so the open itself checks.
+    fn revalidate(&self, _node: &Self::Node) -> Option<Result<Attr>> {
+        None
+    }
     fn setattr(
         &self,
         node: &Self::Node,

@@ -142,6 +142,41 @@ fn fstat_fd(fd: RawFd) -> Result<Attr> {
     Ok(Attr::from_stat(&st))
 }
 
+/// Attributes of `fd` fresh from the filesystem's server: `AT_STATX_FORCE_SYNC` makes an NFS
+/// client revalidate (one GETATTR, what its own close-to-open check at open(2) costs) and a
+/// FUSE client ask its daemon; a local filesystem answers as for fstat.
+fn statx_sync_fd(fd: RawFd) -> Result<Attr> {
+    let mut x: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    cvt(unsafe {
+        libc::statx(
+            fd,
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_BASIC_STATS,
+            &mut x,
+        )
+    })?;
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_dev = libc::makedev(x.stx_dev_major, x.stx_dev_minor);
+    st.st_ino = x.stx_ino;
+    st.st_mode = x.stx_mode as libc::mode_t;
+    st.st_nlink = x.stx_nlink as _;
+    st.st_uid = x.stx_uid;
+    st.st_gid = x.stx_gid;
+    st.st_rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
+    st.st_size = x.stx_size as _;
+    st.st_blocks = x.stx_blocks as _;
+    st.st_blksize = x.stx_blksize as _;
+    st.st_atime = x.stx_atime.tv_sec;
+    st.st_atime_nsec = x.stx_atime.tv_nsec as _;
+    st.st_mtime = x.stx_mtime.tv_sec;
+    st.st_mtime_nsec = x.stx_mtime.tv_nsec as _;
+    st.st_ctime = x.stx_ctime.tv_sec;
+    st.st_ctime_nsec = x.stx_ctime.tv_nsec as _;
+    Ok(Attr::from_stat(&st))
+}
+
 fn open_path_at(dirfd: RawFd, name: &CStr) -> Result<PosixNode> {
     let fd = cvt(unsafe {
         libc::openat(
@@ -434,6 +469,10 @@ impl Store for PosixStore {
 
     fn getattr(&self, node: &PosixNode) -> Result<Attr> {
         node.stat()
+    }
+
+    fn revalidate(&self, node: &PosixNode) -> Option<Result<Attr>> {
+        Some(statx_sync_fd(node.fd()))
     }
 
     fn setattr(

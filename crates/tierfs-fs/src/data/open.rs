@@ -9,6 +9,7 @@ use crate::namespace::{Entry, Requester};
 use crate::shared::{Handle, St};
 use crate::stats::FsStats;
 use std::ffi::OsStr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_store::{Attr, Errno, Result, SetAttr, Store};
@@ -86,6 +87,12 @@ impl<S: Store> Objects<S> {
             }
             r => r?,
         };
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        if read_only && !st.unverified() && !st.has_dirty.load(Relaxed) {
+            if let Some(attr) = self.sh.store.revalidate(&node) {
+                return self.open_checked(i, st, attr?, flags, pid);
+            }
+        }
         let handle = if flags & libc::O_TRUNC != 0 {
             // (Write-back: the dispatcher flushed the dirty data first, or its flush would
             // land after the truncate.)
@@ -114,6 +121,43 @@ impl<S: Store> Objects<S> {
             // (O_TRUNC checked before truncating.)
             self.ns.check_not_replaced(attr.nlink, pid)?;
         }
+        self.finish_open(i, st, attr, Some(handle), flags)
+    }
+
+    /// A read-only open checked by the store's fresh attributes alone
+    /// ([`Store::revalidate`]): the same close-to-open check as an open, and the backing file
+    /// opened only when a read misses the caches (`Objects::handle`). On sshfs and NFS this
+    /// saves the store's open round trip for every file served from the caches (`grep -r`
+    /// after a remount). An error the store gives only at open (a server-side permission
+    /// check the attributes do not show) comes at that first read instead.
+    fn open_checked(
+        &self,
+        i: Arc<Inode<St<S>>>,
+        st: Arc<crate::file_state::FileState>,
+        attr: Attr,
+        flags: i32,
+        pid: u32,
+    ) -> Result<OpenReply> {
+        if attr.kind != tierfs_store::FileKind::File {
+            return Err(Errno::ESTALE);
+        }
+        let mut attr = attr;
+        (attr.dev, attr.ino) = st.id();
+        self.ns.meta.put_attr(&attr, Instant::now());
+        self.ns.check_not_replaced(attr.nlink, pid)?;
+        FsStats::add(&self.sh.stats.checked_opens, 1);
+        self.finish_open(i, st, attr, None, flags)
+    }
+
+    /// The part of an open after the check: the version, the kernel's cache flags, the fh.
+    fn finish_open(
+        &self,
+        i: Arc<Inode<St<S>>>,
+        st: Arc<crate::file_state::FileState>,
+        attr: Attr,
+        handle: Option<Handle<S>>,
+        flags: i32,
+    ) -> Result<OpenReply> {
         let before = st.version().gen;
         let opened_before = st.last_opened();
         let keep_cache = st.opened(&attr);
@@ -125,7 +169,7 @@ impl<S: Store> Objects<S> {
         // fingerprint) or from before the previous open; either way they are stale if the
         // fingerprint moved since.
         let attrs_stale = changed || opened_before.is_some_and(|fp| fp != attr.fingerprint());
-        let fh = self.add_open_file(i, Some(handle), flags)?;
+        let fh = self.add_open_file(i, handle, flags)?;
         Ok(OpenReply {
             fh,
             keep_cache,

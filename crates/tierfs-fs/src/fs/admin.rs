@@ -180,6 +180,7 @@ impl<S: Store> Fs<S> {
             ssd,
             meta_listings: FsStats::get(&s.meta_listings),
             lazy_opens: FsStats::get(&s.lazy_opens),
+            checked_opens: FsStats::get(&s.checked_opens),
             opens: FsStats::get(&s.opens),
             implicit_files: FsStats::get(&s.implicit_files),
             writeback,

@@ -400,10 +400,18 @@ impl<S: Store> Fs<S> {
     /// `writeback.close`, and a flush error not yet reported; in write-through mode, on a
     /// store that publishes at close (S3), the upload of what was written.
     pub fn flush(&self, ino: u64, fh: u64) -> Result<()> {
-        match self.wb() {
-            Some(wb) => wb.flush(ino),
-            None => self.data.close(fh),
+        if let Some(wb) = self.wb() {
+            wb.flush(ino)?;
+            if fh == 0 {
+                // An implicit reader or writer (FUSE no-open): nothing staged in a handle.
+                return Ok(());
+            }
         }
+        // Also in write-back: what went through the handle itself rather than the journal (a
+        // truncate by ftruncate(2), fallocate, copy_file_range) is staged in it on a store
+        // that publishes at close, and uploaded here, not at some later release (an fsync of
+        // another descriptor right after close(2) found it not yet in the bucket).
+        self.data.close(fh)
     }
 
     /// close(2) must reach the daemon: write-back, or a store that publishes at close.
