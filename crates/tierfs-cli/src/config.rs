@@ -314,6 +314,8 @@ impl Config {
         "readahead.chunk",
         "readahead.threads",
         "readahead.depth",
+        "prefetch.files",
+        "prefetch.max_file",
         "fuse.threads",
         "fuse.io_threads",
         "fuse.read_ahead_kb",
@@ -373,6 +375,8 @@ impl Config {
             "readahead.chunk" => format_size(fs.fetch_chunk),
             "readahead.threads" => fs.readahead_threads.to_string(),
             "readahead.depth" => fs.readahead_depth.to_string(),
+            "prefetch.files" => fs.prefetch_files.to_string(),
+            "prefetch.max_file" => format_size(fs.prefetch_max_file),
             "fuse.threads" => fuse.threads.to_string(),
             "fuse.io_threads" => fuse.io_threads.to_string(),
             "fuse.read_ahead_kb" => fuse.read_ahead_kb.to_string(),
@@ -569,6 +573,8 @@ impl Config {
                 }
                 "readahead.threads" => self.fs.readahead_threads = parse_count(value, 1, 256)?,
                 "readahead.depth" => self.fs.readahead_depth = parse_count(value, 1, 64)? as u32,
+                "prefetch.files" => self.fs.prefetch_files = parse_count(value, 0, 1024)?,
+                "prefetch.max_file" => self.fs.prefetch_max_file = parse_size(value)?,
                 "fuse.threads" => self.fuse.threads = parse_count(value, 1, 64)?,
                 "fuse.io_threads" => self.fuse.io_threads = parse_count(value, 1, 1024)?,
                 "fuse.attr_ttl" => {

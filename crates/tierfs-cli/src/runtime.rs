@@ -104,6 +104,22 @@ pub const SETTABLE: &[Settable] = &[
         },
     },
     Settable {
+        key: "prefetch.files",
+        needs: Needs::Nothing,
+        apply: |m, c| {
+            m.fs.set_prefetch(c.fs.prefetch_files, c.fs.prefetch_max_file);
+            Ok(())
+        },
+    },
+    Settable {
+        key: "prefetch.max_file",
+        needs: Needs::Nothing,
+        apply: |m, c| {
+            m.fs.set_prefetch(c.fs.prefetch_files, c.fs.prefetch_max_file);
+            Ok(())
+        },
+    },
+    Settable {
         key: "ssd.write_rate",
         needs: Needs::Ssd,
         apply: |m, c| {

@@ -26,6 +26,11 @@ pub struct FsConfig {
     pub readahead_depth: u32,
     /// FUSE no-open (`fuse.no_open`): None follows `meta.cto` (on when it is off).
     pub fuse_no_open: Option<bool>,
+    /// Files loaded ahead of a walk of a directory in listing order (`prefetch.files`); 0
+    /// turns it off.
+    pub prefetch_files: usize,
+    /// Largest file loaded ahead of a walk, bytes (`prefetch.max_file`).
+    pub prefetch_max_file: u64,
 }
 
 impl Default for FsConfig {
@@ -41,6 +46,8 @@ impl Default for FsConfig {
             readahead_threads: 8,
             readahead_depth: 4,
             fuse_no_open: None,
+            prefetch_files: 16,
+            prefetch_max_file: 1 << 20,
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct FsStats {
     /// Read-only opens checked by the store's fresh attributes, the backing file opened only
     /// if a read misses the caches (`Store::revalidate`).
     pub checked_opens: AtomicU64,
+    /// Files loaded ahead of a directory walk (`data/siblings.rs`).
+    pub prefetched_files: AtomicU64,
     /// Opens the kernel asked us for (none after the first with FUSE no-open).
     pub opens: AtomicU64,
     /// Implicit per-inode files made for reads and writes of files the kernel opened
@@ -160,6 +162,7 @@ pub struct StatsSnapshot {
     pub meta_listings: u64,
     pub lazy_opens: u64,
     pub checked_opens: u64,
+    pub prefetched_files: u64,
     pub opens: u64,
     pub implicit_files: u64,
     /// Write-back counters; absent in write-through mode.

@@ -11,6 +11,7 @@ mod fetch;
 mod open;
 mod read;
 mod readahead;
+mod siblings;
 mod warm;
 mod write;
 
@@ -93,6 +94,12 @@ pub(crate) struct Objects<S: Store> {
     pub readahead_max: AtomicU64,
     /// The depth sequential streams of this store settled on last (see `stream_depth`).
     pub seq_depth: AtomicU32,
+    /// Directories being walked in listing order, and the threads that load the files
+    /// ahead of a walk (`siblings`; `prefetch.files`, `prefetch.max_file`).
+    walks: siblings::Walks,
+    prefetch_pool: Pool,
+    pub prefetch_files: std::sync::atomic::AtomicUsize,
+    pub prefetch_max_file: AtomicU64,
 }
 
 /// At most this many implicit files (see [`Objects::file_for`]) are kept; each may hold a
@@ -100,6 +107,10 @@ pub(crate) struct Objects<S: Store> {
 /// of tens of thousands. The oldest is dropped first; it is rebuilt (and its backing file
 /// reopened) on its next use.
 const IMPLICIT_MAX: usize = 1024;
+
+/// Files of a directory walk loaded at once (see `siblings`): enough to keep a link with a
+/// few ms of round trip busy, few enough not to crowd the application's own requests.
+const PREFETCH_THREADS: usize = 8;
 
 impl<S: Store> Objects<S> {
     pub fn new(sh: Arc<Shared<S>>, ns: Arc<Namespace<S>>) -> Objects<S> {
@@ -112,6 +123,10 @@ impl<S: Store> Objects<S> {
             ra_pool: Pool::new("tierfs-ra", sh.cfg.readahead_threads),
             readahead_max: AtomicU64::new(sh.cfg.readahead_max),
             seq_depth: AtomicU32::new(1),
+            walks: Default::default(),
+            prefetch_pool: Pool::new("tierfs-pf", PREFETCH_THREADS),
+            prefetch_files: std::sync::atomic::AtomicUsize::new(sh.cfg.prefetch_files),
+            prefetch_max_file: AtomicU64::new(sh.cfg.prefetch_max_file),
             sh,
             ns,
         }

@@ -49,6 +49,13 @@ impl<S: Store> Fs<S> {
         self.data.readahead_max.store(bytes, Relaxed);
     }
 
+    /// `prefetch.files` and `prefetch.max_file`: how far ahead of a directory walk files
+    /// are loaded, and up to what size (`data/siblings.rs`).
+    pub fn set_prefetch(&self, files: usize, max_file: u64) {
+        self.data.prefetch_files.store(files, Relaxed);
+        self.data.prefetch_max_file.store(max_file, Relaxed);
+    }
+
     /// `ram.max`: the RAM tier's cap; shrinking evicts at once.
     pub fn set_ram_max(&self, bytes: u64) {
         // With the memory-pressure monitor running, `ram.max` is its upper bound: the
@@ -181,6 +188,7 @@ impl<S: Store> Fs<S> {
             meta_listings: FsStats::get(&s.meta_listings),
             lazy_opens: FsStats::get(&s.lazy_opens),
             checked_opens: FsStats::get(&s.checked_opens),
+            prefetched_files: FsStats::get(&s.prefetched_files),
             opens: FsStats::get(&s.opens),
             implicit_files: FsStats::get(&s.implicit_files),
             writeback,

@@ -342,7 +342,11 @@ impl<S: Store> Fs<S> {
     /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
     /// FUSE thread itself; None when it needs the backing store.
     pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
-        self.data.open_fast(ino, flags)
+        let r = self.data.open_fast(ino, flags);
+        if r.is_some() {
+            self.data.opened_for_walk(ino);
+        }
+        r
     }
 
     /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
@@ -352,7 +356,11 @@ impl<S: Store> Fs<S> {
             self.settle_file(ino)?;
         }
         if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
-            return self.cached_if_gone(|| self.data.open_by(ino, flags, pid));
+            let r = self.cached_if_gone(|| self.data.open_by(ino, flags, pid));
+            if r.is_ok() {
+                self.data.opened_for_walk(ino);
+            }
+            return r;
         }
         match self.data.open_by(ino, flags, pid) {
             // Write-back absorbs writes while the store is gone (within its limits).

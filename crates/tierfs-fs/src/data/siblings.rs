@@ -1,0 +1,153 @@
+//! Listing-order prefetch. `grep -r`, `md5sum *`, `cat dir/*`, a build reading its sources:
+//! programs that walk a tree open the files of a directory one after another, in the order
+//! the directory lists them. On a store where an open and a read are a round trip each
+//! (sshfs, NFS, SMB), a cold walk pays both for every file, one file at a time, and the link
+//! sits idle in between. Read-ahead within a file cannot help a file of a few KiB.
+//!
+//! So: once two files of one directory have been opened one right after the other in
+//! listing order, the next `prefetch.files` regular files of the listing that are at most
+//! `prefetch.max_file` bytes and not cached yet are loaded in the background, several at a
+//! time, through the ordinary open and read path (close-to-open check, fingerprint check
+//! after the read, RAM tier, SSD admission): the walk then finds them in RAM. A walk that
+//! stops (an open out of order) stops prefetching; what was loaded stays as any cached data.
+
+use super::Objects;
+use crate::identity::Ident;
+use crate::meta::Child;
+use crate::stats::FsStats;
+use std::ffi::OsString;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tierfs_cache::BlockKey;
+use tierfs_store::{FileKind, Store};
+
+/// Directories whose walks are followed at once; the least recently used is forgotten.
+const WALKS_MAX: usize = 64;
+
+/// One directory being walked: its listing as of the walk's first open, where the walk is,
+/// and how far ahead of it files were sent for loading.
+pub(crate) struct Walk {
+    names: Arc<Vec<(OsString, Child)>>,
+    pos: rustc_hash::FxHashMap<OsString, usize>,
+    last: Option<usize>,
+    ahead: usize,
+    used: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Walks {
+    dirs: parking_lot::Mutex<rustc_hash::FxHashMap<Ident, Walk>>,
+    clock: std::sync::atomic::AtomicU64,
+}
+
+impl<S: Store> Objects<S> {
+    /// A file was opened read-only by an application: if this continues a walk of its
+    /// directory in listing order, the next files of the listing are loaded ahead.
+    pub fn opened_for_walk(self: &Arc<Self>, ino: u64) {
+        let files = self.prefetch_files.load(Relaxed);
+        if files == 0 {
+            return;
+        }
+        let Some(i) = self.ns.inodes.get(ino) else {
+            return;
+        };
+        let Some((parent, name)) = i.origin.lock().clone() else {
+            return;
+        };
+        let dir = parent.id();
+        let todo: Vec<Child> = {
+            let mut dirs = self.walks.dirs.lock();
+            let now = self.walks.clock.fetch_add(1, Relaxed);
+            if !dirs.contains_key(&dir) {
+                // A fresh listing only: a stale one may name files that are gone.
+                let Some(names) = self.ns.meta.listing(dir) else {
+                    return;
+                };
+                if dirs.len() >= WALKS_MAX {
+                    let oldest = dirs.iter().min_by_key(|(_, w)| w.used).map(|(k, _)| *k);
+                    if let Some(k) = oldest {
+                        dirs.remove(&k);
+                    }
+                }
+                let pos = names
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (n, _))| (n.clone(), k))
+                    .collect();
+                dirs.insert(
+                    dir,
+                    Walk {
+                        names: Arc::new(names),
+                        pos,
+                        last: None,
+                        ahead: 0,
+                        used: now,
+                    },
+                );
+            }
+            let Some(w) = dirs.get_mut(&dir) else {
+                return;
+            };
+            w.used = now;
+            let Some(&at) = w.pos.get(&name) else {
+                return;
+            };
+            let in_order = w.last.is_some_and(|l| at == l + 1);
+            w.last = Some(at);
+            if !in_order {
+                w.ahead = at + 1;
+                return;
+            }
+            let from = w.ahead.max(at + 1);
+            let to = (at + 1 + files).min(w.names.len());
+            w.ahead = w.ahead.max(to);
+            w.names
+                .get(from..to)
+                .unwrap_or_default()
+                .iter()
+                .map(|(_, c)| *c)
+                .collect()
+        };
+        let max = self.prefetch_max_file.load(Relaxed);
+        for child in todo {
+            if child.kind != FileKind::File {
+                continue;
+            }
+            let Some((attr, _)) = self.ns.meta.attr(child.id) else {
+                continue;
+            };
+            if attr.size == 0 || attr.size > max {
+                continue;
+            }
+            // The kernel knows the file (READDIRPLUS looked every entry up): its inode is
+            // what the walk will open.
+            let Some(sib) = self.ns.inodes.by_ident(child.id) else {
+                continue;
+            };
+            if let Some(st) = &sib.file {
+                let v = st.version();
+                if st.has_dirty.load(Relaxed)
+                    || self.sh.cache.contains(&BlockKey { gen: v.gen, idx: 0 })
+                {
+                    continue;
+                }
+            }
+            let me = self.clone();
+            let (ino, size) = (sib.ino, attr.size);
+            self.prefetch_pool.spawn(move || me.load_whole(ino, size));
+        }
+    }
+
+    /// Opens, reads and lets go of file `ino` as a reader would, so its blocks are cached.
+    fn load_whole(self: &Arc<Self>, ino: u64, size: u64) {
+        let Ok(o) = self.open_by(ino, libc::O_RDONLY, 0) else {
+            return;
+        };
+        if let Ok(of) = self.open_file(o.fh) {
+            if self.read(&of, 0, size as u32).is_ok() {
+                FsStats::add(&self.sh.stats.prefetched_files, 1);
+            }
+        }
+        self.release(o.fh);
+    }
+}
