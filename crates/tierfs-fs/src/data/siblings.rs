@@ -5,7 +5,7 @@
 //! sits idle in between. Read-ahead within a file cannot help a file of a few KiB.
 //!
 //! So: once two files of one directory have been opened one right after the other in
-//! listing order, the next `prefetch.files` regular files of the listing that are at most
+//! listing order (with FUSE no-open, where no OPEN reaches us: read from offset 0), the next `prefetch.files` regular files of the listing that are at most
 //! `prefetch.max_file` bytes and not cached yet are loaded in the background, several at a
 //! time, through the ordinary open and read path (close-to-open check, fingerprint check
 //! after the read, RAM tier, SSD admission): the walk then finds them in RAM. A walk that
@@ -92,6 +92,10 @@ impl<S: Store> Objects<S> {
             let Some(&at) = w.pos.get(&name) else {
                 return;
             };
+            if w.last == Some(at) {
+                // The same file again (a second open, or a read after a cached one).
+                return;
+            }
             let in_order = w.last.is_some_and(|l| at == l + 1);
             w.last = Some(at);
             if !in_order {

@@ -457,12 +457,25 @@ impl<S: Store> Fs<S> {
         size: u32,
         reply: impl FnOnce(&[u8]),
     ) -> bool {
-        self.data.read_cached_with(ino, fh, offset, size, reply)
+        let served = self.data.read_cached_with(ino, fh, offset, size, reply);
+        if served {
+            self.walk_without_open(ino, fh, offset);
+        }
+        served
+    }
+
+    /// With FUSE no-open (`meta.cto=off`) no OPEN reaches us: the first read of a file (handle
+    /// 0, offset 0) is where a directory walk shows (see `data/siblings.rs`).
+    fn walk_without_open(&self, ino: u64, fh: u64, offset: u64) {
+        if fh == 0 && offset == 0 {
+            self.data.opened_for_walk(ino);
+        }
     }
 
     /// The full read path; may block on the backing store.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
         let of = self.data.file_for(ino, fh, false)?;
+        self.walk_without_open(ino, fh, offset);
         if let Some(wb) = self.wb() {
             if of.state.has_dirty.load(Acquire) {
                 return wb.read_over_dirty(&of, offset, size);
