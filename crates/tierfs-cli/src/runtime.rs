@@ -44,6 +44,11 @@ fn dirty_limits(m: &Mount, c: &Config) -> Result<(), String> {
     m.fs.set_dirty_limits(c.wb.dirty_soft, c.wb.dirty_hard)
 }
 
+fn prefetch(m: &Mount, c: &Config) -> Result<(), String> {
+    m.fs.set_prefetch(c.fs.prefetch_files, c.fs.prefetch_max_file);
+    Ok(())
+}
+
 /// The kernel TTLs follow `meta.ttl` unless they were set themselves (as at mount).
 fn ttls(m: &Mount, c: &Config) -> Result<(), String> {
     m.fs.set_meta_ttl(c.fs.meta_ttl);
@@ -106,18 +111,12 @@ pub const SETTABLE: &[Settable] = &[
     Settable {
         key: "prefetch.files",
         needs: Needs::Nothing,
-        apply: |m, c| {
-            m.fs.set_prefetch(c.fs.prefetch_files, c.fs.prefetch_max_file);
-            Ok(())
-        },
+        apply: prefetch,
     },
     Settable {
         key: "prefetch.max_file",
         needs: Needs::Nothing,
-        apply: |m, c| {
-            m.fs.set_prefetch(c.fs.prefetch_files, c.fs.prefetch_max_file);
-            Ok(())
-        },
+        apply: prefetch,
     },
     Settable {
         key: "ssd.write_rate",
@@ -335,6 +334,8 @@ mod tests {
         ("fuse.attr_ttl", "3s"),
         ("fuse.entry_ttl", "4s"),
         ("readahead.max", "2M"),
+        ("prefetch.files", "3"),
+        ("prefetch.max_file", "64K"),
         ("ssd.write_rate", "5M"),
         ("ssd.write_burst", "6M"),
         ("ssd.cache_data", "off"),
