@@ -224,6 +224,15 @@ impl<S: Store> Fs<S> {
             }
         }
         let a = self.data.setattr(&i, fh, set)?;
+        if let (Some(_), Some(fh)) = (self.wb(), fh) {
+            if set.size.is_some() && self.sh.store.publishes_at_sync() {
+                // Write-back on a store that publishes at sync (S3): a truncate through a
+                // handle is staged in that handle, outside the journal, and write-back's close
+                // does not upload (an fsync of another descriptor right after close found
+                // the bucket without it). A truncate is synchronous in write-back: publish it.
+                self.data.fsync(ino, fh, false)?;
+            }
+        }
         Ok(self.shown(ino, a))
     }
 
@@ -408,18 +417,10 @@ impl<S: Store> Fs<S> {
     /// `writeback.close`, and a flush error not yet reported; in write-through mode, on a
     /// store that publishes at close (S3), the upload of what was written.
     pub fn flush(&self, ino: u64, fh: u64) -> Result<()> {
-        if let Some(wb) = self.wb() {
-            wb.flush(ino)?;
-            if fh == 0 {
-                // An implicit reader or writer (FUSE no-open): nothing staged in a handle.
-                return Ok(());
-            }
+        match self.wb() {
+            Some(wb) => wb.flush(ino),
+            None => self.data.close(fh),
         }
-        // Also in write-back: what went through the handle itself rather than the journal (a
-        // truncate by ftruncate(2), fallocate, copy_file_range) is staged in it on a store
-        // that publishes at close, and uploaded here, not at some later release (an fsync of
-        // another descriptor right after close(2) found it not yet in the bucket).
-        self.data.close(fh)
     }
 
     /// close(2) must reach the daemon: write-back, or a store that publishes at close.
