@@ -15,6 +15,7 @@ mod siblings;
 mod warm;
 mod write;
 
+pub(crate) use open::read_only;
 pub use open::OpenReply;
 pub(crate) use readahead::ReadAhead;
 pub use warm::{EvictReport, WarmError, WarmReport};

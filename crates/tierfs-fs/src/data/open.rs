@@ -25,6 +25,11 @@ pub struct OpenReply {
     pub attrs_stale: bool,
 }
 
+/// An open that neither writes nor truncates: the file's contents cannot change through it.
+pub(crate) fn read_only(flags: i32) -> bool {
+    flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
+}
+
 impl<S: Store> Objects<S> {
     /// An open answered without I/O (`meta.cto=off`, read-only, attributes fresh), for the
     /// FUSE thread itself; None when it needs the backing store. Trusting the metadata cache,
@@ -32,11 +37,13 @@ impl<S: Store> Objects<S> {
     pub fn open_fast(&self, ino: u64, flags: i32) -> Option<OpenReply> {
         let i = self.ns.inodes.get(ino)?;
         let st = i.file.clone()?;
-        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
         // While the store is gone, a read-only open is answered from what is cached whatever
         // `meta.cto` says: the store could not answer it.
         let gone = self.sh.store.inner().health.gone();
-        if !read_only || (self.sh.cfg.meta_cto && !gone) || st.expired(self.ns.meta.check_ttl()) {
+        if !read_only(flags)
+            || (self.sh.cfg.meta_cto && !gone)
+            || st.expired(self.ns.meta.check_ttl())
+        {
             return None;
         }
         FsStats::add(&self.sh.stats.lazy_opens, 1);
@@ -87,8 +94,7 @@ impl<S: Store> Objects<S> {
             }
             r => r?,
         };
-        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
-        if read_only && !st.unverified() && !st.has_dirty.load(Relaxed) {
+        if read_only(flags) && !st.unverified() && !st.has_dirty.load(Relaxed) {
             if let Some(attr) = self.sh.store.revalidate(&node) {
                 return self.open_checked(i, st, attr?, flags, pid);
             }

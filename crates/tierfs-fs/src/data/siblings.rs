@@ -27,7 +27,7 @@ const WALKS_MAX: usize = 64;
 /// One directory being walked: its listing as of the walk's first open, where the walk is,
 /// and how far ahead of it files were sent for loading.
 pub(crate) struct Walk {
-    names: Arc<Vec<(OsString, Child)>>,
+    names: Vec<(OsString, Child)>,
     pos: rustc_hash::FxHashMap<OsString, usize>,
     last: Option<usize>,
     ahead: usize,
@@ -55,40 +55,43 @@ impl<S: Store> Objects<S> {
             return;
         };
         let dir = parent.id();
+        // A directory's first open builds its walk outside the lock (a listing may hold a
+        // million names): the lock is for the few lines that move a walk.
+        let fresh = if self.walks.dirs.lock().contains_key(&dir) {
+            None
+        } else {
+            // A fresh listing only: a stale one may name files that are gone.
+            let Some(names) = self.ns.meta.listing(dir) else {
+                return;
+            };
+            let pos = names
+                .iter()
+                .enumerate()
+                .map(|(k, (n, _))| (n.clone(), k))
+                .collect();
+            Some(Walk {
+                names,
+                pos,
+                last: None,
+                ahead: 0,
+                used: 0,
+            })
+        };
         let todo: Vec<Child> = {
             let mut dirs = self.walks.dirs.lock();
-            let now = self.walks.clock.fetch_add(1, Relaxed);
-            if !dirs.contains_key(&dir) {
-                // A fresh listing only: a stale one may name files that are gone.
-                let Some(names) = self.ns.meta.listing(dir) else {
-                    return;
-                };
+            if let Some(w) = fresh {
                 if dirs.len() >= WALKS_MAX {
                     let oldest = dirs.iter().min_by_key(|(_, w)| w.used).map(|(k, _)| *k);
                     if let Some(k) = oldest {
                         dirs.remove(&k);
                     }
                 }
-                let pos = names
-                    .iter()
-                    .enumerate()
-                    .map(|(k, (n, _))| (n.clone(), k))
-                    .collect();
-                dirs.insert(
-                    dir,
-                    Walk {
-                        names: Arc::new(names),
-                        pos,
-                        last: None,
-                        ahead: 0,
-                        used: now,
-                    },
-                );
+                dirs.entry(dir).or_insert(w);
             }
             let Some(w) = dirs.get_mut(&dir) else {
                 return;
             };
-            w.used = now;
+            w.used = self.walks.clock.fetch_add(1, Relaxed);
             let Some(&at) = w.pos.get(&name) else {
                 return;
             };

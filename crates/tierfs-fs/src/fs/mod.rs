@@ -364,7 +364,7 @@ impl<S: Store> Fs<S> {
             // The dirty data first, or its flush would land after the truncate.
             self.settle_file(ino)?;
         }
-        if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
+        if crate::data::read_only(flags) {
             let r = self.cached_if_gone(|| self.data.open_by(ino, flags, pid));
             if r.is_ok() {
                 self.data.opened_for_walk(ino);
