@@ -3,6 +3,7 @@
 //! against the file's fingerprint afterwards so a version that changed mid-fetch is never
 //! cached or returned.
 
+use super::seq_gate::Ticket;
 use super::{FetchError, FetchResult, Objects, OpenFile};
 use crate::meta_codec::version_of;
 use crate::stats::{FsStats, Gauge};
@@ -79,6 +80,13 @@ impl<S: Store> Objects<S> {
                 Claim::Follower(_) => {}
             }
         }
+        // A sequential stream's place at the store is taken now (see `seq_gate`).
+        let mut ticket = match leaders.first() {
+            Some(g) if self.serial(of, !wait) => {
+                Some(of.seq_fetch.ticket(g.key().idx * self.sh.cfg.block_size))
+            }
+            _ => None,
+        };
         if !leaders.is_empty() {
             leaders = self.load_from_ssd(of, v, leaders, &mut out);
         }
@@ -100,7 +108,7 @@ impl<S: Store> Objects<S> {
                 }
                 continue;
             }
-            match self.fetch_run(of, v, run, !wait) {
+            match self.fetch_run(of, v, run, !wait, ticket.take()) {
                 Ok(mut got) => out.append(&mut got),
                 Err(e) => result = Err(e),
             }
@@ -113,6 +121,16 @@ impl<S: Store> Objects<S> {
         Ok(out)
     }
 
+    /// While the file is read sequentially, its backing reads go one at a time, lowest offset
+    /// first (`seq_gate`): two reads of one stream in flight interleave at the store and cost
+    /// a seek each on one disk head. Random readers (no read-ahead window) keep their
+    /// parallelism; at a depth above 1 (a latency-bound store, see `stream_depth`) reads go
+    /// in parallel.
+    fn serial(&self, of: &OpenFile<S>, readahead: bool) -> bool {
+        let ra = of.ra.lock();
+        (readahead || ra.window > 0) && ra.depth() <= 1
+    }
+
     /// One backing read for a run of contiguous blocks this thread leads.
     pub(crate) fn fetch_run(
         &self,
@@ -120,6 +138,7 @@ impl<S: Store> Objects<S> {
         v: &Version,
         run: Vec<FlightGuard<'_, BlockKey, FetchResult>>,
         readahead: bool,
+        ticket: Option<Ticket<'_>>,
     ) -> std::result::Result<Vec<(u64, Bytes)>, FetchError> {
         let bs = self.sh.cfg.block_size;
         let first = run[0].key().idx;
@@ -127,15 +146,18 @@ impl<S: Store> Objects<S> {
         let end = ((first + run.len() as u64) * bs).min(v.fp.size);
         let _inflight = Gauge::new(&self.sh.stats.fetch_inflight_bytes, end - start);
         let want = (end - start) as usize;
-        // While the file is read sequentially, its backing reads go one at a time: two reads
-        // of one stream in flight interleave at the store and cost a seek each on one disk
-        // head. Random readers (no read-ahead window) keep their parallelism.
-        // At a depth above 1 (a latency-bound store, see `stream_depth`) they go in parallel.
-        let serial = {
-            let ra = of.ra.lock();
-            (readahead || ra.window > 0) && ra.depth() <= 1
+        // A ticket for another offset (the SSD tier served the blocks before this run) is
+        // given up before waiting: held, it would hold this very read back.
+        let serial = match ticket {
+            Some(t) if t.offset() == start && self.serial(of, readahead) => {
+                Some(t.enter(want as u64))
+            }
+            other => {
+                drop(other);
+                self.serial(of, readahead)
+                    .then(|| of.seq_fetch.enter(start, want as u64))
+            }
         };
-        let serial = serial.then(|| of.seq_fetch.lock());
         let handle = match self.handle(of) {
             Ok(h) => h,
             Err(e) => {

@@ -11,6 +11,7 @@ mod fetch;
 mod open;
 mod read;
 mod readahead;
+mod seq_gate;
 mod siblings;
 mod warm;
 mod write;
@@ -29,6 +30,7 @@ use crate::stats::FsStats;
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
+use seq_gate::SeqGate;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use tierfs_cache::{BlockKey, SingleFlight};
@@ -53,8 +55,8 @@ pub(crate) struct OpenFile<S: Store> {
     pub inode: Arc<Inode<St<S>>>,
     pub state: Arc<FileState>,
     pub ra: Mutex<ReadAhead>,
-    /// Serializes backing reads of a sequential stream (see `fetch_run`).
-    pub seq_fetch: Mutex<()>,
+    /// Serializes backing reads of a sequential stream, lowest offset first (see `fetch_run`).
+    pub seq_fetch: SeqGate,
 }
 
 impl<S: Store> OpenFile<S> {
@@ -74,7 +76,7 @@ impl<S: Store> OpenFile<S> {
             inode,
             state,
             ra: Mutex::new(ReadAhead::default()),
-            seq_fetch: Mutex::new(()),
+            seq_fetch: SeqGate::default(),
         }
     }
 }
