@@ -9,6 +9,17 @@ pub use crate::version::{racy, unverified, Version};
 
 static NEXT_GEN: AtomicU64 = AtomicU64::new(1);
 
+/// Our own changes to backing files, all files together (see [`own_changes`]).
+static OWN_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The count of our own changes to any backing file so far. Take it before a request whose
+/// answer covers files the caller has no state of yet (a listing, a lookup), and ask
+/// [`FileState::changed_by_us_since`] of each file in the answer: the per-file
+/// [`FileState::epoch`] for those.
+pub fn own_changes() -> u64 {
+    OWN_CHANGES.load(std::sync::atomic::Ordering::Acquire)
+}
+
 fn next_gen() -> u64 {
     NEXT_GEN.fetch_add(1, Relaxed)
 }
@@ -19,6 +30,18 @@ struct Inner {
     /// Fingerprint at the last open: an open that finds it unchanged may keep the kernel's
     /// page cache (FOPEN_KEEP_CACHE); any change since makes the kernel drop it.
     opened: Option<Fingerprint>,
+    /// Bumped by every change of our own to the backing file that the state records
+    /// (a flush's writes, a write-through write, a truncate): see [`FileState::epoch`].
+    own: u64,
+    /// [`own_changes`] once the last of them was recorded.
+    own_global: u64,
+}
+
+impl Inner {
+    fn own_change(&mut self) {
+        self.own += 1;
+        self.own_global = OWN_CHANGES.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+    }
 }
 
 /// One per backing file (by identity), shared by every kernel inode and handle of it, and
@@ -85,6 +108,8 @@ impl FileState {
                 },
                 checked,
                 opened: None,
+                own: 0,
+                own_global: 0,
             }),
         }
     }
@@ -121,7 +146,47 @@ impl FileState {
     /// [`FileState::observe`] for attributes the kernel does not see (a read or write found
     /// them): the kernel may still hold pages of the old version.
     pub fn observe_data(&self, attr: &Attr) -> Observed {
-        let mut i = self.inner.lock();
+        let i = self.inner.lock();
+        self.observe_locked(i, attr)
+    }
+
+    /// Counts our own changes to the backing file. Take it before asking the store for
+    /// attributes that are not fetched under the file's lock, and hand it to a `_since`
+    /// method: if one of our changes landed in between (a flush finishing while an open
+    /// asked the store), the attributes may show the file as it was before it, and taking
+    /// them for a change behind our back would make a version of the old contents (a
+    /// reader then got zeros where the flush had just written: the write-back model test,
+    /// 1 run in 5 under load).
+    pub fn epoch(&self) -> u64 {
+        self.inner.lock().own
+    }
+
+    /// Whether one of our own changes to the file was recorded after [`own_changes`] gave
+    /// `count`: attributes of it fetched since may show it before that change.
+    pub fn changed_by_us_since(&self, count: u64) -> bool {
+        self.inner.lock().own_global > count
+    }
+
+    /// [`FileState::observe`] of attributes fetched after [`FileState::epoch`] gave `epoch`;
+    /// None (nothing recorded) if one of our own changes landed since: ask again.
+    pub fn observe_since(&self, attr: &Attr, epoch: u64) -> Option<Observed> {
+        let r = self.observe_data_since(attr, epoch)?;
+        if let Observed::Changed = r {
+            self.served.reset();
+        }
+        Some(r)
+    }
+
+    /// [`FileState::observe_data`] with the check of [`FileState::observe_since`].
+    pub fn observe_data_since(&self, attr: &Attr, epoch: u64) -> Option<Observed> {
+        let i = self.inner.lock();
+        if i.own != epoch {
+            return None;
+        }
+        Some(self.observe_locked(i, attr))
+    }
+
+    fn observe_locked(&self, mut i: parking_lot::MutexGuard<'_, Inner>, attr: &Attr) -> Observed {
         let fp = attr.fingerprint();
         if unverified(&i.v.fp) && fp.size == i.v.fp.size {
             // After our own write, attributes that may have been fetched before it landed
@@ -171,6 +236,7 @@ impl FileState {
         // (A provisional fingerprint is settled under the file's lock only.)
         if fp.size == i.v.fp.size && fp.mtime_ns == i.v.fp.mtime_ns && !unverified(&i.v.fp) {
             i.v.fp = fp;
+            i.own_change();
             i.checked = Instant::now();
             self.served.follow(i.v.gen, &i.v);
             return Observed::Unchanged;
@@ -184,6 +250,7 @@ impl FileState {
         let mut i = self.inner.lock();
         if i.v.gen == gen {
             i.v.fp = attr.fingerprint();
+            i.own_change();
             i.checked = Instant::now();
             // What the kernel holds of this generation is the application's own data.
             self.served.follow(gen, &i.v);
@@ -200,6 +267,7 @@ impl FileState {
         let mut i = self.inner.lock();
         if i.v.gen == gen {
             i.v.fp = crate::version::provisional(&i.v.fp, new_size);
+            i.own_change();
             // What the kernel holds of this generation is the application's own data.
             self.served.follow(gen, &i.v);
         }
@@ -226,6 +294,7 @@ impl FileState {
         let fp = attr.fingerprint();
         if unverified(&i.v.fp) && fp.size == i.v.fp.size {
             i.v.fp = fp;
+            i.own_change();
             i.checked = Instant::now();
             self.served.follow(i.v.gen, &i.v);
             return Observed::Unchanged;
@@ -242,6 +311,7 @@ impl FileState {
             i.v.fp = a.fingerprint();
         }
         i.v.gen = next_gen();
+        i.own_change();
         i.checked = Instant::now();
         // Our own change: what the kernel holds is what the application made it (the kernel
         // truncates its own pages), not an old version.
@@ -259,6 +329,13 @@ impl FileState {
         self.opened_trusted()
     }
 
+    /// [`FileState::opened`] of attributes fetched after [`FileState::epoch`] gave `epoch`;
+    /// None if one of our own changes landed since (see [`FileState::observe_since`]).
+    pub fn opened_since(&self, attr: &Attr, epoch: u64) -> Option<bool> {
+        self.observe_since(attr, epoch)?;
+        Some(self.opened_trusted())
+    }
+
     /// Called at an open that trusts the state's fingerprint (still within `meta.ttl`).
     pub fn opened_trusted(&self) -> bool {
         let mut i = self.inner.lock();
@@ -271,5 +348,70 @@ impl FileState {
             self.served.reset();
         }
         keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierfs_store::{FileKind, TimeSpec};
+
+    fn attr(size: u64, mtime: i64, ctime: i64) -> Attr {
+        Attr {
+            dev: 1,
+            ino: 2,
+            kind: FileKind::File,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size,
+            blocks: size.div_ceil(512),
+            blksize: 4096,
+            atime: TimeSpec::default(),
+            mtime: TimeSpec {
+                sec: mtime,
+                nsec: 0,
+            },
+            ctime: TimeSpec {
+                sec: ctime,
+                nsec: 0,
+            },
+        }
+    }
+
+    /// The race of the write-back model test: an open asks the store, a flush of ours lands
+    /// and records the file it left, then the open's answer (the file before the flush)
+    /// arrives. It must not be taken for a change behind our back.
+    #[test]
+    fn attributes_from_before_our_own_change_are_not_a_new_version() {
+        let st = FileState::new_at(&attr(0, 10, 10), Instant::now());
+        let epoch = st.epoch();
+        let before = attr(0, 10, 10); // what the open's stat saw
+        let v = st.version();
+        st.set_after_own_write(v.gen, &attr(3645, 20, 20)); // the flush
+        assert!(st.observe_since(&before, epoch).is_none());
+        assert!(st.opened_since(&before, epoch).is_none());
+        assert_eq!(st.version().fp.size, 3645);
+        assert_eq!(
+            st.version().gen,
+            v.gen,
+            "the flushed version's blocks stay reachable"
+        );
+        // Asked again after it, the same store answer is a change behind our back.
+        let epoch = st.epoch();
+        assert!(matches!(
+            st.observe_since(&attr(10, 30, 30), epoch),
+            Some(Observed::Changed)
+        ));
+        assert_eq!(st.version().fp.size, 10);
+        // Every kind of change of our own moves the epoch.
+        let e = st.epoch();
+        st.wrote(st.version().gen, 20);
+        assert_ne!(st.epoch(), e);
+        let e = st.epoch();
+        st.invalidate(None);
+        assert_ne!(st.epoch(), e);
     }
 }

@@ -61,16 +61,19 @@ impl<S: Store> Shared<S> {
         self.kernel.get()
     }
 
-    /// Records fresh attributes of a regular file; counts changes made behind our back.
-    pub(crate) fn observe(&self, state: &FileState, attr: &Attr) {
-        if let Observed::Changed = state.observe(attr) {
+    /// Records fresh attributes of a regular file fetched after `FileState::epoch` gave
+    /// `epoch` (ignored if one of our own changes landed since); counts changes made behind
+    /// our back.
+    pub(crate) fn observe_since(&self, state: &FileState, attr: &Attr, epoch: u64) {
+        if let Some(Observed::Changed) = state.observe_since(attr, epoch) {
             FsStats::add(&self.stats.version_changes, 1);
         }
     }
 
-    /// [`Shared::observe`] for attributes the kernel is not shown (found by a read or write).
-    pub(crate) fn observe_data(&self, state: &FileState, attr: &Attr) {
-        if let Observed::Changed = state.observe_data(attr) {
+    /// [`Shared::observe_since`] for attributes the kernel is not shown (found by a read or
+    /// write).
+    pub(crate) fn observe_data_since(&self, state: &FileState, attr: &Attr, epoch: u64) {
+        if let Some(Observed::Changed) = state.observe_data_since(attr, epoch) {
             FsStats::add(&self.stats.version_changes, 1);
         }
     }

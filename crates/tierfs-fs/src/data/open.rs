@@ -85,6 +85,8 @@ impl<S: Store> Objects<S> {
         FsStats::add(&self.sh.stats.opens, 1);
         let i = self.ns.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
+        // Before any attribute is fetched (see `FileState::epoch`).
+        let epoch = st.epoch();
         let node = match self.ns.node(&i) {
             Err(Errno::ESTALE) => {
                 // The name holds another object now; the kernel retries (see
@@ -96,7 +98,7 @@ impl<S: Store> Objects<S> {
         };
         if read_only(flags) && !st.unverified() && !st.has_dirty.load(Relaxed) {
             if let Some(attr) = self.sh.store.revalidate(&node) {
-                return self.open_checked(i, st, attr?, flags, pid);
+                return self.open_checked(i, st, attr?, flags, pid, epoch);
             }
         }
         let handle = if flags & libc::O_TRUNC != 0 {
@@ -112,6 +114,8 @@ impl<S: Store> Objects<S> {
         } else {
             self.sh.store.open(&node, flags)?
         };
+        // (After the truncate above, our own change: the attributes below must show it.)
+        let epoch = st.epoch();
         let attr = if st.unverified() {
             // Our own writes left a provisional fingerprint: attributes fetched under the
             // lock settle it, so the open below compares real fingerprints.
@@ -122,12 +126,12 @@ impl<S: Store> Objects<S> {
         } else {
             self.sh.fstat_as(&st, &handle)?
         };
-        self.ns.meta.put_attr(&attr, Instant::now());
+        self.put_attr_since(&st, &attr, epoch);
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)
             self.ns.check_not_replaced(attr.nlink, pid)?;
         }
-        self.finish_open(i, st, attr, Some(handle), flags)
+        self.finish_open(i, st, attr, Some(handle), flags, epoch)
     }
 
     /// A read-only open checked by the store's fresh attributes alone
@@ -143,16 +147,27 @@ impl<S: Store> Objects<S> {
         attr: Attr,
         flags: i32,
         pid: u32,
+        epoch: u64,
     ) -> Result<OpenReply> {
         if attr.kind != tierfs_store::FileKind::File {
             return Err(Errno::ESTALE);
         }
         let mut attr = attr;
         (attr.dev, attr.ino) = st.id();
-        self.ns.meta.put_attr(&attr, Instant::now());
+        self.put_attr_since(&st, &attr, epoch);
         self.ns.check_not_replaced(attr.nlink, pid)?;
         FsStats::add(&self.sh.stats.checked_opens, 1);
-        self.finish_open(i, st, attr, None, flags)
+        self.finish_open(i, st, attr, None, flags, epoch)
+    }
+
+    /// Puts attributes fetched after `epoch` (see `FileState::epoch`) in the metadata cache;
+    /// if one of our own changes landed meanwhile they may be older than what that change
+    /// put there, so the entry is dropped instead (the next getattr asks the store).
+    fn put_attr_since(&self, st: &crate::file_state::FileState, attr: &Attr, epoch: u64) {
+        self.ns.meta.put_attr(attr, Instant::now());
+        if st.epoch() != epoch {
+            self.ns.meta.drop_attr(st.id());
+        }
     }
 
     /// The part of an open after the check: the version, the kernel's cache flags, the fh.
@@ -163,10 +178,16 @@ impl<S: Store> Objects<S> {
         attr: Attr,
         handle: Option<Handle<S>>,
         flags: i32,
+        epoch: u64,
     ) -> Result<OpenReply> {
         let before = st.version().gen;
         let opened_before = st.last_opened();
-        let keep_cache = st.opened(&attr);
+        // If one of our own changes landed while the attributes were fetched, the state
+        // knows the file at least as well as they do: it recorded what the store said
+        // right after that change.
+        let keep_cache = st
+            .opened_since(&attr, epoch)
+            .unwrap_or_else(|| st.opened_trusted());
         let changed = st.version().gen != before;
         if changed {
             FsStats::add(&self.sh.stats.version_changes, 1);
@@ -287,10 +308,11 @@ impl<S: Store> Objects<S> {
             return Ok(h);
         }
         let node = self.ns.node(&of.inode)?;
+        let epoch = of.state.epoch();
         let h = self.sh.store.open(&node, of.flags)?;
         let attr = self.sh.fstat_as(&of.state, &h)?;
-        self.ns.meta.put_attr(&attr, Instant::now());
-        self.sh.observe_data(&of.state, &attr);
+        self.put_attr_since(&of.state, &attr, epoch);
+        self.sh.observe_data_since(&of.state, &attr, epoch);
         let _ = of.handle.set(h);
         of.handle.get().ok_or(Errno::EIO)
     }

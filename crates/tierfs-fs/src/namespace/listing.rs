@@ -4,6 +4,7 @@
 
 use super::{DirEntryOut, Namespace};
 use crate::inode::Inode;
+use crate::meta::ident;
 use crate::shared::{meta_key, Listed, St};
 use crate::stats::FsStats;
 use std::ffi::OsString;
@@ -60,6 +61,7 @@ impl<S: Store> Namespace<S> {
             None if self.ssd_meta() => self.sh.store.getattr(&node).ok(),
             None => None,
         };
+        let own_before = crate::file_state::own_changes();
         let listing = self.sh.store.readdir_plus(&node)?;
         // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
         // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
@@ -70,6 +72,14 @@ impl<S: Store> Namespace<S> {
         let mut complete = true;
         for (e, attr) in listing {
             match attr {
+                // A file a flush of ours changed while the listing ran may be listed as it
+                // was before (see `FileState::epoch`): what the flush recorded is newer.
+                Some(a) if self.changed_by_us_since(&a, own_before) => {
+                    match self.meta.attr(ident(&a)) {
+                        Some((now, _)) => out.push((e.name, now)),
+                        None => complete = false,
+                    }
+                }
                 Some(a) => out.push((e.name, a)),
                 None => complete = false,
             }
@@ -89,6 +99,16 @@ impl<S: Store> Namespace<S> {
             }
         }
         Ok(Arc::new(out))
+    }
+
+    /// Whether the file `attr` describes had one of our own changes recorded after
+    /// `file_state::own_changes` gave `count`.
+    pub(crate) fn changed_by_us_since(&self, attr: &Attr, count: u64) -> bool {
+        attr.kind == tierfs_store::FileKind::File
+            && self
+                .inodes
+                .file_state_of(ident(attr))
+                .is_some_and(|st| st.changed_by_us_since(count))
     }
 
     pub(crate) fn ssd_meta(&self) -> bool {

@@ -158,7 +158,15 @@ impl<S: Store> Namespace<S> {
         let e = match cached {
             Some(e) => e,
             None => {
-                let (node, attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
+                let own_before = crate::file_state::own_changes();
+                let (node, mut attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
+                // A flush of ours that landed meanwhile recorded newer attributes (see
+                // `FileState::epoch`).
+                if self.changed_by_us_since(&attr, own_before) {
+                    if let Some((now, _)) = self.meta.attr(ident(&attr)) {
+                        attr = now;
+                    }
+                }
                 // A name the listing lacked (created behind our back): it has it now.
                 self.meta.learn_name(p.id(), name, &attr);
                 self.entry(&p, name, node, attr)
@@ -309,6 +317,31 @@ impl<S: Store> Namespace<S> {
         Ok(node)
     }
 
+    /// The store's attributes of `i`, recorded. A flush of ours may land while the store
+    /// answers, and the answer then shows the file before it (see `FileState::epoch`): it is
+    /// asked again, a few times (a file flushed without pause is answered with what the
+    /// last try found).
+    fn fetch_attr(&self, i: &Arc<Inode<St<S>>>) -> Result<Attr> {
+        let node = self.node(i)?;
+        let Some(st) = &i.file else {
+            let attr = self.sh.store.getattr(&node)?;
+            self.meta.put_attr(&attr, Instant::now());
+            return Ok(attr);
+        };
+        let mut tries = 0;
+        loop {
+            let epoch = st.epoch();
+            let attr = self.sh.store.getattr(&node)?;
+            self.meta.put_attr(&attr, Instant::now());
+            if st.epoch() == epoch || tries == 3 {
+                self.sh.observe_since(st, &attr, epoch);
+                return Ok(attr);
+            }
+            self.meta.drop_attr(st.id());
+            tries += 1;
+        }
+    }
+
     /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).
     pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
         let i = self.inode(ino)?;
@@ -319,11 +352,7 @@ impl<S: Store> Namespace<S> {
                 self.kernel_age(&attr, at.elapsed()),
             ));
         }
-        let attr = self.sh.store.getattr(&self.node(&i)?)?;
-        self.meta.put_attr(&attr, Instant::now());
-        if let Some(st) = &i.file {
-            self.sh.observe(st, &attr);
-        }
+        let attr = self.fetch_attr(&i)?;
         let age = self.kernel_age(&attr, std::time::Duration::ZERO);
         Ok((self.with_ino(&i, attr), age))
     }
