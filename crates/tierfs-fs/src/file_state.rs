@@ -30,17 +30,30 @@ struct Inner {
     /// Fingerprint at the last open: an open that finds it unchanged may keep the kernel's
     /// page cache (FOPEN_KEEP_CACHE); any change since makes the kernel drop it.
     opened: Option<Fingerprint>,
-    /// Bumped by every change of our own to the backing file that the state records
-    /// (a flush's writes, a write-through write, a truncate): see [`FileState::epoch`].
-    own: u64,
-    /// [`own_changes`] once the last of them was recorded.
+    /// Changes of our own to the backing file under way (see [`FileState::own_change`]).
+    in_progress: u32,
+    /// [`own_changes`] once the last of them began or was recorded.
     own_global: u64,
+    /// When the last of them ended or was recorded (not `checked`: that says when the store
+    /// was last asked, and a writer must still ask it once per `meta.ttl`).
+    own_done: Instant,
 }
 
 impl Inner {
     fn own_change(&mut self) {
-        self.own += 1;
         self.own_global = OWN_CHANGES.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        self.own_done = Instant::now();
+    }
+}
+
+/// A change of our own to the backing file under way (see [`FileState::own_change`]).
+pub struct OwnChange<'a>(&'a FileState);
+
+impl Drop for OwnChange<'_> {
+    fn drop(&mut self) {
+        let mut i = self.0.inner.lock();
+        i.in_progress -= 1;
+        i.own_change();
     }
 }
 
@@ -108,8 +121,9 @@ impl FileState {
                 },
                 checked,
                 opened: None,
-                own: 0,
+                in_progress: 0,
                 own_global: 0,
+                own_done: checked,
             }),
         }
     }
@@ -146,47 +160,58 @@ impl FileState {
     /// [`FileState::observe`] for attributes the kernel does not see (a read or write found
     /// them): the kernel may still hold pages of the old version.
     pub fn observe_data(&self, attr: &Attr) -> Observed {
-        let i = self.inner.lock();
-        self.observe_locked(i, attr)
+        let mut i = self.inner.lock();
+        if i.in_progress > 0 {
+            // (See `FileState::own_change`.)
+            return Observed::Unchanged;
+        }
+        self.observe_locked(&mut i, attr)
     }
 
-    /// Counts our own changes to the backing file. Take it before asking the store for
-    /// attributes that are not fetched under the file's lock, and hand it to a `_since`
-    /// method: if one of our changes landed in between (a flush finishing while an open
-    /// asked the store), the attributes may show the file as it was before it, and taking
-    /// them for a change behind our back would make a version of the old contents (a
-    /// reader then got zeros where the flush had just written: the write-back model test,
-    /// 1 run in 5 under load).
-    pub fn epoch(&self) -> u64 {
-        self.inner.lock().own
+    /// Marks a change of our own to the backing file as under way, until the guard is
+    /// dropped: from before the store is asked to make it until the state has recorded what
+    /// it left. Attributes fetched without the file's lock (an open, a getattr, a lookup)
+    /// may show the file from before such a change; taken for a change behind our back, they
+    /// would make a version of the old contents (a flush of an extending write racing an
+    /// open: a read of the new bytes returned zeros, the write-back model test about 1 run
+    /// in 5 under load). So while one is under way no attributes are recorded, and attributes
+    /// are recorded only if their fetch began after the last one ended (the `_fetched`
+    /// methods, with the instant taken before asking the store).
+    pub fn own_change(&self) -> OwnChange<'_> {
+        let mut i = self.inner.lock();
+        i.in_progress += 1;
+        i.own_change();
+        OwnChange(self)
     }
 
-    /// Whether one of our own changes to the file was recorded after [`own_changes`] gave
-    /// `count`: attributes of it fetched since may show it before that change.
+    /// Whether a change of our own to the file began or was recorded after [`own_changes`]
+    /// gave `count`: attributes of it fetched since may show it before that change.
     pub fn changed_by_us_since(&self, count: u64) -> bool {
         self.inner.lock().own_global > count
     }
 
-    /// [`FileState::observe`] of attributes fetched after [`FileState::epoch`] gave `epoch`;
-    /// None (nothing recorded) if one of our own changes landed since: ask again.
-    pub fn observe_since(&self, attr: &Attr, epoch: u64) -> Option<Observed> {
-        let r = self.observe_data_since(attr, epoch)?;
+    /// [`FileState::observe`] of attributes whose fetch began at `fetched` (see
+    /// [`FileState::own_change`]); `None`: not recorded, the state knows newer.
+    pub fn observe_fetched(&self, attr: &Attr, fetched: Instant) -> Option<Observed> {
+        let r = self.observe_data_fetched(attr, fetched)?;
         if let Observed::Changed = r {
             self.served.reset();
         }
         Some(r)
     }
 
-    /// [`FileState::observe_data`] with the check of [`FileState::observe_since`].
-    pub fn observe_data_since(&self, attr: &Attr, epoch: u64) -> Option<Observed> {
-        let i = self.inner.lock();
-        if i.own != epoch {
+    /// [`FileState::observe_data`] with the check of [`FileState::observe_fetched`].
+    pub fn observe_data_fetched(&self, attr: &Attr, fetched: Instant) -> Option<Observed> {
+        let mut i = self.inner.lock();
+        if i.in_progress > 0 || fetched < i.own_done || fetched < i.checked {
             return None;
         }
-        Some(self.observe_locked(i, attr))
+        let r = self.observe_locked(&mut i, attr);
+        i.checked = fetched;
+        Some(r)
     }
 
-    fn observe_locked(&self, mut i: parking_lot::MutexGuard<'_, Inner>, attr: &Attr) -> Observed {
+    fn observe_locked(&self, i: &mut Inner, attr: &Attr) -> Observed {
         let fp = attr.fingerprint();
         if unverified(&i.v.fp) && fp.size == i.v.fp.size {
             // After our own write, attributes that may have been fetched before it landed
@@ -218,7 +243,8 @@ impl FileState {
     pub fn observe_at(&self, attr: &Attr, at: Instant) -> Observed {
         {
             let i = self.inner.lock();
-            if at < i.checked {
+            // (Older than what the state knows, or than a change of ours: see `own_change`.)
+            if at < i.checked || at < i.own_done {
                 return Observed::Unchanged;
             }
         }
@@ -248,9 +274,9 @@ impl FileState {
     /// After our own write, whose effect on the cached blocks the caller has applied to `gen`.
     pub fn set_after_own_write(&self, gen: u64, attr: &Attr) {
         let mut i = self.inner.lock();
+        i.own_change();
         if i.v.gen == gen {
             i.v.fp = attr.fingerprint();
-            i.own_change();
             i.checked = Instant::now();
             // What the kernel holds of this generation is the application's own data.
             self.served.follow(gen, &i.v);
@@ -265,9 +291,9 @@ impl FileState {
     /// `meta.ttl`.
     pub fn wrote(&self, gen: u64, new_size: u64) {
         let mut i = self.inner.lock();
+        i.own_change();
         if i.v.gen == gen {
             i.v.fp = crate::version::provisional(&i.v.fp, new_size);
-            i.own_change();
             // What the kernel holds of this generation is the application's own data.
             self.served.follow(gen, &i.v);
         }
@@ -294,7 +320,6 @@ impl FileState {
         let fp = attr.fingerprint();
         if unverified(&i.v.fp) && fp.size == i.v.fp.size {
             i.v.fp = fp;
-            i.own_change();
             i.checked = Instant::now();
             self.served.follow(i.v.gen, &i.v);
             return Observed::Unchanged;
@@ -329,11 +354,13 @@ impl FileState {
         self.opened_trusted()
     }
 
-    /// [`FileState::opened`] of attributes fetched after [`FileState::epoch`] gave `epoch`;
-    /// None if one of our own changes landed since (see [`FileState::observe_since`]).
-    pub fn opened_since(&self, attr: &Attr, epoch: u64) -> Option<bool> {
-        self.observe_since(attr, epoch)?;
-        Some(self.opened_trusted())
+    /// [`FileState::opened`] of attributes whose fetch began at `fetched`. If they are not
+    /// recorded (a change of ours landed meanwhile, see [`FileState::own_change`]), the
+    /// state's fingerprint, which that change recorded from the store, is what the open
+    /// compares.
+    pub fn opened_fetched(&self, attr: &Attr, fetched: Instant) -> bool {
+        self.observe_fetched(attr, fetched);
+        self.opened_trusted()
     }
 
     /// Called at an open that trusts the state's fingerprint (still within `meta.ttl`).
@@ -387,31 +414,44 @@ mod tests {
     #[test]
     fn attributes_from_before_our_own_change_are_not_a_new_version() {
         let st = FileState::new_at(&attr(0, 10, 10), Instant::now());
-        let epoch = st.epoch();
-        let before = attr(0, 10, 10); // what the open's stat saw
+        let fetched = Instant::now(); // the open asks the store...
+        let before = attr(0, 10, 10); // ... and it answers with the file before the flush
         let v = st.version();
-        st.set_after_own_write(v.gen, &attr(3645, 20, 20)); // the flush
-        assert!(st.observe_since(&before, epoch).is_none());
-        assert!(st.opened_since(&before, epoch).is_none());
+        {
+            let _own = st.own_change();
+            // Under way: nothing is recorded, whenever it was fetched.
+            assert!(st
+                .observe_fetched(&attr(5, 11, 11), Instant::now())
+                .is_none());
+            assert!(matches!(st.observe(&attr(5, 11, 11)), Observed::Unchanged));
+            st.set_after_own_write(v.gen, &attr(3645, 20, 20));
+        }
+        assert!(st.observe_fetched(&before, fetched).is_none());
+        st.opened_fetched(&before, fetched);
         assert_eq!(st.version().fp.size, 3645);
         assert_eq!(
             st.version().gen,
             v.gen,
             "the flushed version's blocks stay reachable"
         );
-        // Asked again after it, the same store answer is a change behind our back.
-        let epoch = st.epoch();
+        // Fetched after it, the same store answer is a change behind our back.
         assert!(matches!(
-            st.observe_since(&attr(10, 30, 30), epoch),
+            st.observe_fetched(&attr(10, 30, 30), Instant::now()),
             Some(Observed::Changed)
         ));
         assert_eq!(st.version().fp.size, 10);
-        // Every kind of change of our own moves the epoch.
-        let e = st.epoch();
-        st.wrote(st.version().gen, 20);
-        assert_ne!(st.epoch(), e);
-        let e = st.epoch();
-        st.invalidate(None);
-        assert_ne!(st.epoch(), e);
+    }
+
+    /// An own change recorded under another generation (an observation made one meanwhile)
+    /// still counts: the global count moves, and a fetch from before it is not recorded.
+    #[test]
+    fn own_changes_count_even_when_the_generation_moved() {
+        let st = FileState::new_at(&attr(0, 10, 10), Instant::now());
+        let count = own_changes();
+        let fetched = Instant::now();
+        st.set_after_own_write(st.version().gen + 1000, &attr(1, 1, 1));
+        assert!(st.changed_by_us_since(count));
+        st.wrote(st.version().gen + 1000, 7);
+        assert!(st.observe_fetched(&attr(0, 10, 10), fetched).is_none());
     }
 }

@@ -260,14 +260,17 @@ impl<S: Store> InodeTable<S> {
 
     /// Records that the kernel learned of `node`, found under `parent` as `name` (lookup,
     /// create, ...): adds one lookup.
-    pub fn remember(
+    /// Records a name the kernel learns, with attributes validated at `validated` (when the
+    /// store was asked: a file state that knows something newer keeps it).
+    pub fn remember_at(
         &self,
         parent: Arc<Inode<S>>,
         name: &std::ffi::OsStr,
         node: S::Node,
         attr: &Attr,
+        validated: Instant,
     ) -> Arc<Inode<S>> {
-        let inode = self.remember_with(None, Some((parent, name.to_owned())), attr, Instant::now());
+        let inode = self.remember_with(None, Some((parent, name.to_owned())), attr, validated);
         // The freshest node: with path identities the name may hold another object than the
         // one the inode's node was opened on (replaced behind our back).
         inode.set_node(node.clone());

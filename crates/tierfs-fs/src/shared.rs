@@ -11,6 +11,7 @@ use crate::stats::FsStats;
 use crate::FsConfig;
 use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 use tierfs_cache::{RamCache, SsdCache, SsdKey};
 use tierfs_store::{Attr, Result, Store};
 
@@ -61,19 +62,19 @@ impl<S: Store> Shared<S> {
         self.kernel.get()
     }
 
-    /// Records fresh attributes of a regular file fetched after `FileState::epoch` gave
-    /// `epoch` (ignored if one of our own changes landed since); counts changes made behind
-    /// our back.
-    pub(crate) fn observe_since(&self, state: &FileState, attr: &Attr, epoch: u64) {
-        if let Some(Observed::Changed) = state.observe_since(attr, epoch) {
+    /// Records fresh attributes of a regular file whose fetch began at `fetched` (ignored if
+    /// a change of our own landed since, see `FileState::own_change`); counts changes made
+    /// behind our back.
+    pub(crate) fn observe_fetched(&self, state: &FileState, attr: &Attr, fetched: Instant) {
+        if let Some(Observed::Changed) = state.observe_fetched(attr, fetched) {
             FsStats::add(&self.stats.version_changes, 1);
         }
     }
 
-    /// [`Shared::observe_since`] for attributes the kernel is not shown (found by a read or
+    /// [`Shared::observe_fetched`] for attributes the kernel is not shown (found by a read or
     /// write).
-    pub(crate) fn observe_data_since(&self, state: &FileState, attr: &Attr, epoch: u64) {
-        if let Some(Observed::Changed) = state.observe_data_since(attr, epoch) {
+    pub(crate) fn observe_data_fetched(&self, state: &FileState, attr: &Attr, fetched: Instant) {
+        if let Some(Observed::Changed) = state.observe_data_fetched(attr, fetched) {
             FsStats::add(&self.stats.version_changes, 1);
         }
     }

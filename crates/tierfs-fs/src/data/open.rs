@@ -85,8 +85,8 @@ impl<S: Store> Objects<S> {
         FsStats::add(&self.sh.stats.opens, 1);
         let i = self.ns.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
-        // Before any attribute is fetched (see `FileState::epoch`).
-        let epoch = st.epoch();
+        // Before any attribute is fetched (see `FileState::own_change`).
+        let fetched = Instant::now();
         let node = match self.ns.node(&i) {
             Err(Errno::ESTALE) => {
                 // The name holds another object now; the kernel retries (see
@@ -98,7 +98,7 @@ impl<S: Store> Objects<S> {
         };
         if read_only(flags) && !st.unverified() && !st.has_dirty.load(Relaxed) {
             if let Some(attr) = self.sh.store.revalidate(&node) {
-                return self.open_checked(i, st, attr?, flags, pid, epoch);
+                return self.open_checked(i, st, attr?, flags, pid, fetched);
             }
         }
         let handle = if flags & libc::O_TRUNC != 0 {
@@ -114,8 +114,12 @@ impl<S: Store> Objects<S> {
         } else {
             self.sh.store.open(&node, flags)?
         };
-        // (After the truncate above, our own change: the attributes below must show it.)
-        let epoch = st.epoch();
+        // After the truncate above, our own change: the attributes below must show it.
+        let fetched = if flags & libc::O_TRUNC != 0 {
+            Instant::now()
+        } else {
+            fetched
+        };
         let attr = if st.unverified() {
             // Our own writes left a provisional fingerprint: attributes fetched under the
             // lock settle it, so the open below compares real fingerprints.
@@ -126,12 +130,12 @@ impl<S: Store> Objects<S> {
         } else {
             self.sh.fstat_as(&st, &handle)?
         };
-        self.put_attr_since(&st, &attr, epoch);
+        self.ns.meta.put_attr(&attr, fetched);
         if flags & libc::O_TRUNC == 0 {
             // (O_TRUNC checked before truncating.)
             self.ns.check_not_replaced(attr.nlink, pid)?;
         }
-        self.finish_open(i, st, attr, Some(handle), flags, epoch)
+        self.finish_open(i, st, attr, Some(handle), flags, fetched)
     }
 
     /// A read-only open checked by the store's fresh attributes alone
@@ -147,27 +151,19 @@ impl<S: Store> Objects<S> {
         attr: Attr,
         flags: i32,
         pid: u32,
-        epoch: u64,
+        fetched: Instant,
     ) -> Result<OpenReply> {
         if attr.kind != tierfs_store::FileKind::File {
             return Err(Errno::ESTALE);
         }
         let mut attr = attr;
         (attr.dev, attr.ino) = st.id();
-        self.put_attr_since(&st, &attr, epoch);
+        // Stamped with when it was asked for: a flush of ours that landed meanwhile put
+        // newer attributes there, and they stay (see `FileState::own_change`).
+        self.ns.meta.put_attr(&attr, fetched);
         self.ns.check_not_replaced(attr.nlink, pid)?;
         FsStats::add(&self.sh.stats.checked_opens, 1);
-        self.finish_open(i, st, attr, None, flags, epoch)
-    }
-
-    /// Puts attributes fetched after `epoch` (see `FileState::epoch`) in the metadata cache;
-    /// if one of our own changes landed meanwhile they may be older than what that change
-    /// put there, so the entry is dropped instead (the next getattr asks the store).
-    fn put_attr_since(&self, st: &crate::file_state::FileState, attr: &Attr, epoch: u64) {
-        self.ns.meta.put_attr(attr, Instant::now());
-        if st.epoch() != epoch {
-            self.ns.meta.drop_attr(st.id());
-        }
+        self.finish_open(i, st, attr, None, flags, fetched)
     }
 
     /// The part of an open after the check: the version, the kernel's cache flags, the fh.
@@ -178,16 +174,11 @@ impl<S: Store> Objects<S> {
         attr: Attr,
         handle: Option<Handle<S>>,
         flags: i32,
-        epoch: u64,
+        fetched: Instant,
     ) -> Result<OpenReply> {
         let before = st.version().gen;
         let opened_before = st.last_opened();
-        // If one of our own changes landed while the attributes were fetched, the state
-        // knows the file at least as well as they do: it recorded what the store said
-        // right after that change.
-        let keep_cache = st
-            .opened_since(&attr, epoch)
-            .unwrap_or_else(|| st.opened_trusted());
+        let keep_cache = st.opened_fetched(&attr, fetched);
         let changed = st.version().gen != before;
         if changed {
             FsStats::add(&self.sh.stats.version_changes, 1);
@@ -308,11 +299,11 @@ impl<S: Store> Objects<S> {
             return Ok(h);
         }
         let node = self.ns.node(&of.inode)?;
-        let epoch = of.state.epoch();
+        let fetched = Instant::now();
         let h = self.sh.store.open(&node, of.flags)?;
         let attr = self.sh.fstat_as(&of.state, &h)?;
-        self.put_attr_since(&of.state, &attr, epoch);
-        self.sh.observe_data_since(&of.state, &attr, epoch);
+        self.ns.meta.put_attr(&attr, fetched);
+        self.sh.observe_data_fetched(&of.state, &attr, fetched);
         let _ = of.handle.set(h);
         of.handle.get().ok_or(Errno::EIO)
     }
@@ -352,7 +343,13 @@ impl<S: Store> Objects<S> {
         };
         // Exclusive: a truncate must not interleave with reads that fill the cache.
         let _w = st.rw.write();
-        let attr = self.sh.store.setattr(&node, handle, set);
+        // Ended before the result is recorded: recording goes through `observe`, which
+        // records nothing while a change is under way (a fetch from before it is refused
+        // by its time, see `FileState::own_change`).
+        let attr = {
+            let _own = st.own_change();
+            self.sh.store.setattr(&node, handle, set)
+        };
         if let Ok(a) = &attr {
             self.ns.meta.put_attr(a, Instant::now());
         }

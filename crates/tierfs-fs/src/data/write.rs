@@ -25,6 +25,8 @@ impl<S: Store> Objects<S> {
             }
         }
         let v = of.state.version();
+        // Until `wrote` below (see `FileState::own_change`).
+        let _own = of.state.own_change();
         let at = match self.sh.store.write(handle, offset, data) {
             Ok(at) => at,
             Err(e) => {

@@ -116,10 +116,30 @@ impl<S: Store> Namespace<S> {
         parent: &Arc<Inode<St<S>>>,
         name: &OsStr,
         node: Node<S>,
-        mut attr: Attr,
+        attr: Attr,
     ) -> Entry {
-        self.meta.put_attr(&attr, Instant::now());
-        let inode = self.inodes.remember(parent.clone(), name, node, &attr);
+        self.entry_fetched(parent, name, node, attr, Instant::now())
+    }
+
+    /// [`Namespace::entry`] of attributes the store was asked for at `fetched`: if a change
+    /// of ours landed since, what it recorded is newer and is what the kernel is told.
+    pub(crate) fn entry_fetched(
+        &self,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        node: Node<S>,
+        mut attr: Attr,
+        fetched: Instant,
+    ) -> Entry {
+        self.meta.put_attr(&attr, fetched);
+        let inode = self
+            .inodes
+            .remember_at(parent.clone(), name, node, &attr, fetched);
+        if let Some((newer, at)) = self.meta.attr(inode.id()) {
+            if at > fetched && newer.kind == attr.kind {
+                attr = newer;
+            }
+        }
         attr.ino = inode.ino;
         Entry {
             ino: inode.ino,
@@ -158,18 +178,12 @@ impl<S: Store> Namespace<S> {
         let e = match cached {
             Some(e) => e,
             None => {
-                let own_before = crate::file_state::own_changes();
-                let (node, mut attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
-                // A flush of ours that landed meanwhile recorded newer attributes (see
-                // `FileState::epoch`).
-                if self.changed_by_us_since(&attr, own_before) {
-                    if let Some((now, _)) = self.meta.attr(ident(&attr)) {
-                        attr = now;
-                    }
-                }
+                // Stamped with when it was asked for (see `FileState::own_change`).
+                let fetched = Instant::now();
+                let (node, attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
                 // A name the listing lacked (created behind our back): it has it now.
                 self.meta.learn_name(p.id(), name, &attr);
-                self.entry(&p, name, node, attr)
+                self.entry_fetched(&p, name, node, attr, fetched)
             }
         };
         Ok(e)
@@ -317,29 +331,23 @@ impl<S: Store> Namespace<S> {
         Ok(node)
     }
 
-    /// The store's attributes of `i`, recorded. A flush of ours may land while the store
-    /// answers, and the answer then shows the file before it (see `FileState::epoch`): it is
-    /// asked again, a few times (a file flushed without pause is answered with what the
-    /// last try found).
+    /// The store's attributes of `i`, recorded. They are stamped with when they were asked
+    /// for: if a change of ours landed meanwhile (a flush), what it recorded is newer and
+    /// stays, in the metadata cache and in the file's state, and is what the kernel is told
+    /// (see `FileState::own_change`).
     fn fetch_attr(&self, i: &Arc<Inode<St<S>>>) -> Result<Attr> {
         let node = self.node(i)?;
+        let fetched = Instant::now();
+        let attr = self.sh.store.getattr(&node)?;
+        self.meta.put_attr(&attr, fetched);
         let Some(st) = &i.file else {
-            let attr = self.sh.store.getattr(&node)?;
-            self.meta.put_attr(&attr, Instant::now());
             return Ok(attr);
         };
-        let mut tries = 0;
-        loop {
-            let epoch = st.epoch();
-            let attr = self.sh.store.getattr(&node)?;
-            self.meta.put_attr(&attr, Instant::now());
-            if st.epoch() == epoch || tries == 3 {
-                self.sh.observe_since(st, &attr, epoch);
-                return Ok(attr);
-            }
-            self.meta.drop_attr(st.id());
-            tries += 1;
-        }
+        self.sh.observe_fetched(st, &attr, fetched);
+        Ok(match self.meta.attr(i.id()) {
+            Some((newer, at)) if at > fetched => newer,
+            _ => attr,
+        })
     }
 
     /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).

@@ -172,6 +172,8 @@ impl<S: Store> Writeback<S> {
                 None => break,
             };
             let bufs: Vec<&[u8]> = run.pieces.iter().map(|b| &b[..]).collect();
+            // Until what the write left is recorded below (see `FileState::own_change`).
+            let own = st.own_change();
             self.sh.store.write_vectored(&h, run.offset, &bufs)?;
             self.c.flush_writes.fetch_add(1, Relaxed);
             let len = run.len;
@@ -218,6 +220,7 @@ impl<S: Store> Writeback<S> {
                 }
                 st.flush_gen.fetch_add(1, AcqRel);
             }
+            drop(own);
             self.c.flushed_bytes.fetch_add(len, Relaxed);
             self.notify();
             from = run.offset + len;
@@ -252,6 +255,7 @@ impl<S: Store> Writeback<S> {
                 ..Default::default()
             };
             let _w = st.rw.write();
+            let _own = st.own_change();
             if let Ok(a) = self.sh.store.setattr(&node, Some(&h), &set) {
                 self.ns.meta.put_attr(&a, Instant::now());
                 // Times only, set by us: the cached blocks stay.
@@ -259,6 +263,8 @@ impl<S: Store> Writeback<S> {
             }
         }
         let mut conflict = None;
+        // A store that publishes at sync makes a new version of the object there.
+        let own = publishes.then(|| st.own_change());
         match self.sh.store.fsync(&h, false) {
             Ok(()) => {}
             // Another writer changed the object since our writes' version (S3 If-Match): the
@@ -286,6 +292,7 @@ impl<S: Store> Writeback<S> {
                 }
             }
         }
+        drop(own);
         if st.created.swap(false, AcqRel) {
             // Its name must be as durable as its data before the journal lets go of it.
             let parent = i.origin.lock().clone();
