@@ -113,6 +113,9 @@ impl<S: Store> Objects<S> {
                 Err(e) => result = Err(e),
             }
         }
+        // Given up before waiting for other readers' fetches: one of them may be queued
+        // behind it at the gate (a place nobody takes would hold it there).
+        drop(ticket);
         result?;
         for (idx, w) in followers {
             FsStats::add(&self.sh.stats.singleflight_waits, 1);

@@ -33,16 +33,23 @@ use std::time::{Duration, Instant};
 pub(crate) const LATE_WAIT: Duration = Duration::from_millis(2);
 /// Only a gap up to this far counts as a read that is late (a longer jump is the reader's).
 pub(crate) const LATE_SPAN: u64 = 16 << 20;
+/// The longest a read waits for a lower one queued ahead of it that does not come (its
+/// blocks came from the SSD tier, it failed, its thread is slow): the order is worth a seek,
+/// never a stall. (A queued place held while its owner waited for another reader's fetch,
+/// itself queued behind it, held a file's reads for good: the kernel's page drop waited on
+/// them, and `never_a_mix_after_in_place_rewrite_cto_off` saw ESTALE for seconds.)
+pub(crate) const QUEUE_WAIT: Duration = Duration::from_millis(20);
 
 pub(crate) struct SeqGate {
     state: Mutex<GateState>,
     turn: Condvar,
     late_wait: Duration,
+    queue_wait: Duration,
 }
 
 impl Default for SeqGate {
     fn default() -> Self {
-        Self::with_late_wait(LATE_WAIT)
+        Self::with_waits(LATE_WAIT, QUEUE_WAIT)
     }
 }
 
@@ -69,11 +76,12 @@ pub(crate) struct Ticket<'a> {
 }
 
 impl SeqGate {
-    pub fn with_late_wait(late_wait: Duration) -> Self {
+    pub fn with_waits(late_wait: Duration, queue_wait: Duration) -> Self {
         SeqGate {
             state: Mutex::default(),
             turn: Condvar::new(),
             late_wait,
+            queue_wait,
         }
     }
 
@@ -114,11 +122,20 @@ impl<'a> Ticket<'a> {
     pub fn enter(mut self, len: u64) -> SeqTurn<'a> {
         let gate = self.gate;
         let mut s = gate.state.lock();
-        let deadline = Instant::now() + gate.late_wait.min(s.last_took / 4);
+        let now = Instant::now();
+        let deadline = now + gate.late_wait.min(s.last_took / 4);
+        let queue_deadline = now + gate.queue_wait;
         loop {
-            if s.busy || s.waiting.keys().next() != Some(&self.offset) {
+            if s.busy {
                 gate.turn.wait(&mut s);
                 continue;
+            }
+            if s.waiting.keys().next() != Some(&self.offset) {
+                if Instant::now() < queue_deadline {
+                    gate.turn.wait_until(&mut s, queue_deadline);
+                    continue;
+                }
+                break;
             }
             let gap = s
                 .last_end
@@ -164,7 +181,10 @@ mod tests {
 
     #[test]
     fn waiters_go_lowest_offset_first() {
-        let gate = Arc::new(SeqGate::default());
+        let gate = Arc::new(SeqGate::with_waits(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
         let order = Arc::new(Mutex::new(Vec::new()));
         let held = gate.enter(0, 1);
         let offsets = [5u64, 3, 9, 1, 7, 3];
@@ -190,8 +210,21 @@ mod tests {
     }
 
     #[test]
+    fn a_place_nobody_takes_holds_reads_above_it_only_briefly() {
+        let gate = SeqGate::with_waits(Duration::from_secs(10), Duration::from_millis(30));
+        let _stuck = gate.ticket(10);
+        let t0 = Instant::now();
+        drop(gate.enter(20, 1));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
     fn a_ticket_holds_back_reads_above_it_until_dropped() {
-        let gate = Arc::new(SeqGate::default());
+        let gate = Arc::new(SeqGate::with_waits(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
         let ticket = gate.ticket(10);
         let (g, entered) = (
             gate.clone(),
@@ -216,7 +249,10 @@ mod tests {
     #[test]
     fn a_read_leaving_a_gap_waits_briefly_for_the_one_that_fills_it() {
         // Long enough that the read filling the gap is surely there in time.
-        let gate = Arc::new(SeqGate::with_late_wait(Duration::from_secs(10)));
+        let gate = Arc::new(SeqGate::with_waits(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
         {
             // A read that took 400 ms: a gap waits up to 100 ms.
             let _t = gate.enter(0, 100);
@@ -242,7 +278,7 @@ mod tests {
         drop(gate.enter(400 + LATE_SPAN + 1, 100));
         assert!(t0.elapsed() < Duration::from_secs(5));
         // Nobody fills a gap: the read goes after the wait.
-        let gate = SeqGate::with_late_wait(Duration::from_millis(30));
+        let gate = SeqGate::with_waits(Duration::from_millis(30), Duration::from_secs(10));
         {
             let _t = gate.enter(0, 100);
             std::thread::sleep(Duration::from_millis(200));
@@ -251,7 +287,7 @@ mod tests {
         drop(gate.enter(1000, 100));
         assert!(t0.elapsed() >= Duration::from_millis(30));
         // After a quick read, a gap waits a quarter of it at most (here: 0).
-        let gate = SeqGate::with_late_wait(Duration::from_secs(10));
+        let gate = SeqGate::with_waits(Duration::from_secs(10), Duration::from_secs(10));
         drop(gate.enter(0, 100));
         let t0 = Instant::now();
         drop(gate.enter(1000, 100));
