@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 type Job = (u64, Box<dyn FnOnce() + Send>);
 
+/// A page drop taking this long is logged: reads of the file are refused until it ends.
+const SLOW_DROP: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub struct PageDropper {
     tx: Mutex<mpsc::Sender<Job>>,
     notifier: Arc<OnceLock<Notifier>>,
@@ -26,8 +29,19 @@ impl PageDropper {
             .spawn(move || {
                 for (ino, done) in rx {
                     if let Some(n) = n2.get() {
+                        let t0 = std::time::Instant::now();
                         // ENOENT: the kernel does not know the inode (no pages either).
                         let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                        // Reads of the file stay refused until this returns (see
+                        // `tierfs_fs::served`); it waits for the pages READs in flight hold.
+                        let took = t0.elapsed();
+                        if took >= SLOW_DROP {
+                            tracing::warn!(
+                                ino,
+                                ms = took.as_millis() as u64,
+                                "the kernel took long to drop a file's pages (reads of it were refused meanwhile)"
+                            );
+                        }
                     }
                     done();
                 }
