@@ -14,8 +14,8 @@ static OWN_CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// The count of our own changes to any backing file so far. Take it before a request whose
 /// answer covers files the caller has no state of yet (a listing, a lookup), and ask
-/// [`FileState::changed_by_us_since`] of each file in the answer: the per-file
-/// [`FileState::epoch`] for those.
+/// [`FileState::changed_by_us_since`] of each file in the answer (a request about one
+/// known file takes the instant instead, see [`FileState::own_change`]).
 pub fn own_changes() -> u64 {
     OWN_CHANGES.load(std::sync::atomic::Ordering::Acquire)
 }

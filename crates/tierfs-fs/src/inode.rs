@@ -259,9 +259,8 @@ impl<S: Store> InodeTable<S> {
     }
 
     /// Records that the kernel learned of `node`, found under `parent` as `name` (lookup,
-    /// create, ...): adds one lookup.
-    /// Records a name the kernel learns, with attributes validated at `validated` (when the
-    /// store was asked: a file state that knows something newer keeps it).
+    /// create, ...): adds one lookup. `validated`: when the store was asked for `attr` (a
+    /// file state that knows something newer keeps it).
     pub fn remember_at(
         &self,
         parent: Arc<Inode<S>>,

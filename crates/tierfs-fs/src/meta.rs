@@ -187,6 +187,17 @@ impl MetaCache {
         }
     }
 
+    /// [`MetaCache::put_attr`] of attributes the store was asked for at `at`, returning what
+    /// the cache holds for the object afterwards: a newer entry (put by a change of ours that
+    /// landed while the store answered, see `FileState::own_change`) wins over them.
+    pub fn put_attr_fetched(&self, attr: &Attr, at: Instant) -> Attr {
+        self.put_attr(attr, at);
+        match self.attrs.get(&ident(attr)) {
+            Some(e) if e.1 > at && e.0.kind == attr.kind && !self.distrusts(&e.0) => e.0,
+            _ => *attr,
+        }
+    }
+
     pub fn drop_attr(&self, id: Ident) {
         self.attrs.remove(&id);
     }

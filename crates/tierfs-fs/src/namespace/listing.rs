@@ -70,11 +70,13 @@ impl<S: Store> Namespace<S> {
         let at = Instant::now();
         let mut out = Vec::with_capacity(listing.len());
         let mut complete = true;
+        // (No change of ours at all while it ran, the common case: nothing to look up.)
+        let raced = crate::file_state::own_changes() != own_before;
         for (e, attr) in listing {
             match attr {
                 // A file a flush of ours changed while the listing ran may be listed as it
-                // was before (see `FileState::epoch`): what the flush recorded is newer.
-                Some(a) if self.changed_by_us_since(&a, own_before) => {
+                // was before (see `FileState::own_change`): what the flush recorded is newer.
+                Some(a) if raced && self.changed_by_us_since(&a, own_before) => {
                     match self.meta.attr(ident(&a)) {
                         Some((now, _)) => out.push((e.name, now)),
                         None => complete = false,

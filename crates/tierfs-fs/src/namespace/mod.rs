@@ -131,15 +131,11 @@ impl<S: Store> Namespace<S> {
         mut attr: Attr,
         fetched: Instant,
     ) -> Entry {
-        self.meta.put_attr(&attr, fetched);
+        let newest = self.meta.put_attr_fetched(&attr, fetched);
         let inode = self
             .inodes
             .remember_at(parent.clone(), name, node, &attr, fetched);
-        if let Some((newer, at)) = self.meta.attr(inode.id()) {
-            if at > fetched && newer.kind == attr.kind {
-                attr = newer;
-            }
-        }
+        attr = newest;
         attr.ino = inode.ino;
         Entry {
             ino: inode.ino,
@@ -339,15 +335,11 @@ impl<S: Store> Namespace<S> {
         let node = self.node(i)?;
         let fetched = Instant::now();
         let attr = self.sh.store.getattr(&node)?;
-        self.meta.put_attr(&attr, fetched);
-        let Some(st) = &i.file else {
-            return Ok(attr);
-        };
-        self.sh.observe_fetched(st, &attr, fetched);
-        Ok(match self.meta.attr(i.id()) {
-            Some((newer, at)) if at > fetched => newer,
-            _ => attr,
-        })
+        let newest = self.meta.put_attr_fetched(&attr, fetched);
+        if let Some(st) = &i.file {
+            self.sh.observe_fetched(st, &attr, fetched);
+        }
+        Ok(newest)
     }
 
     /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).
