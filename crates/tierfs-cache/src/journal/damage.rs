@@ -169,6 +169,9 @@ pub(crate) fn hint(
         // A SEAL's length is its own (no DATA or mark record is this short): a damaged SEAL
         // held no write.
         Some((format::KIND_SEAL, format::SEAL_PAYLOAD)) => Ok(Some(Hint::Seal)),
+        // A namespace operation: whose files it concerns is not told by its header. Unknown,
+        // so every file with an older pending write is treated as at risk.
+        Some((format::KIND_NS, _)) => Ok(None),
         Some((KIND_DATA, len)) if len >= DATA_FIXED => data_claim(file, path, off, Some(len)),
         // Header damaged: what a DATA record would say where its identity goes.
         _ => {

@@ -7,8 +7,11 @@
 //! ```
 //! Every integer is little-endian. Decoding untrusted bytes never panics.
 
-/// On-disk format version, in the superblock.
-pub(crate) const FORMAT: u32 = 1;
+/// On-disk format version, in the superblock. Format 2 added NS records; a format-1 journal
+/// (which has none) is read as it is and its superblock rewritten as format 2.
+pub(crate) const FORMAT: u32 = 2;
+/// The oldest format this version reads.
+pub(crate) const FORMAT_MIN: u32 = 1;
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"TJRC");
 pub(crate) const HDR: usize = 24;
 
@@ -18,7 +21,16 @@ pub(crate) const KIND_DROP: u8 = 3;
 /// Closes a segment: nothing follows it, and the next segment may be written. Every segment but
 /// the last must end with one, which is how a damaged older segment is told from a torn tail.
 pub(crate) const KIND_SEAL: u8 = 4;
+/// A namespace operation (create, mkdir, setattr, ...) acknowledged before it reached the store
+/// (format 2). The payload is the caller's encoding; the journal keeps NS records in seq order
+/// and a DONE of [`NS_KEY`] covers them.
+pub(crate) const KIND_NS: u8 = 5;
 
+/// The key DONE records of namespace operations carry: `Done { dev: NS_KEY.0, ino: NS_KEY.1,
+/// upto_seq }` says every NS record up to `upto_seq` is applied to the store, durably.
+pub const NS_KEY: (u64, u64) = (u64::MAX, 0);
+/// Longest NS payload (two paths and a little).
+pub const MAX_NS: usize = 2 * MAX_PATH + 256;
 /// DATA payload before the path: dev u64, ino u64, offset u64, path length u16.
 pub(crate) const DATA_FIXED: usize = 26;
 /// DONE and DROP payload: dev u64, ino u64, upto_seq u64.
@@ -53,6 +65,8 @@ pub enum Record<'a> {
     Done { dev: u64, ino: u64, upto_seq: u64 },
     /// Same effect as `Done`, but the data was discarded (unlink, truncate).
     Drop { dev: u64, ino: u64, upto_seq: u64 },
+    /// A namespace operation, encoded by the caller (at most [`MAX_NS`] bytes).
+    Ns { payload: &'a [u8] },
 }
 
 impl Record<'_> {
@@ -61,12 +75,14 @@ impl Record<'_> {
             Record::Data { .. } => KIND_DATA,
             Record::Done { .. } => KIND_DONE,
             Record::Drop { .. } => KIND_DROP,
+            Record::Ns { .. } => KIND_NS,
         }
     }
 
     pub(crate) fn payload_len(&self) -> usize {
         match self {
             Record::Data { file, data, .. } => DATA_FIXED + file.path.len() + data.len(),
+            Record::Ns { payload } => payload.len(),
             _ => MARK_LEN,
         }
     }
@@ -125,6 +141,7 @@ pub(crate) fn prepare<'a>(rec: &Record<'a>, shared: Option<bytes::Bytes>) -> Pre
             prefix.extend_from_slice(&upto_seq.to_le_bytes());
             &[]
         }
+        Record::Ns { payload } => payload,
     };
     let shared = shared.filter(|b| b.len() >= SHARE_MIN);
     let payload_crc = match shared {
@@ -351,7 +368,7 @@ pub(crate) fn parse_header(b: &[u8]) -> HeaderCheck {
         return HeaderCheck::Bad("no record magic");
     }
     let kind = b[4];
-    if !(KIND_DATA..=KIND_SEAL).contains(&kind) {
+    if !(KIND_DATA..=KIND_NS).contains(&kind) {
         return HeaderCheck::Bad("unknown record kind");
     }
     // Flags and the reserved bytes are zero in format 1; anything else is not ours.
@@ -397,6 +414,9 @@ pub(crate) enum Decoded<'a> {
     Seal {
         at: u64,
     },
+    Ns {
+        payload: &'a [u8],
+    },
 }
 
 /// Decodes the payload of a record whose CRC matched. Lengths are still checked: a CRC proves we
@@ -426,6 +446,7 @@ pub(crate) fn decode(kind: u8, p: &[u8]) -> Result<Decoded<'_>, &'static str> {
             })
         }
         KIND_SEAL if p.len() == SEAL_PAYLOAD => Ok(Decoded::Seal { at: u(0)? }),
+        KIND_NS if !p.is_empty() && p.len() <= MAX_NS => Ok(Decoded::Ns { payload: p }),
         _ => Err("payload length does not match its kind"),
     }
 }

@@ -28,9 +28,9 @@ mod tests;
 
 pub use damage::Damage;
 pub use error::JournalError;
-pub use format::{FileRef, Record, MAX_PATH};
+pub use format::{FileRef, Record, MAX_NS, MAX_PATH, NS_KEY};
 pub use inspect::{JournalReport, JournalState};
-pub use replay::{PendingWrite, Replay};
+pub use replay::{PendingNs, PendingWrite, Replay};
 pub use stats::JournalStats;
 
 use error::io_err;
@@ -372,6 +372,14 @@ impl Journal {
         }
         let seg_list = replay::list_segments(dir)?;
         let sb = match superblock::load(dir, store_id)? {
+            // An older format's records are all read by this version: the superblock says
+            // the newer one from now on, so NS records written next are never given to a
+            // version that would not know them.
+            Some(mut sb) if sb.format < format::FORMAT => {
+                sb.format = format::FORMAT;
+                superblock::store(dir, store_id, &sb)?;
+                sb
+            }
             Some(sb) => sb,
             None if !seg_list.is_empty() => {
                 return Err(JournalError::Damaged {
@@ -384,6 +392,7 @@ impl Journal {
                 let sb = superblock::Superblock {
                     uuid: io::random_uuid(),
                     segment_size: cfg.segment_size,
+                    format: format::FORMAT,
                 };
                 superblock::store(dir, store_id, &sb)?;
                 sb
@@ -427,7 +436,12 @@ impl Journal {
             io::fdatasync(f).map_err(io_err("fdatasync", path))?;
         }
 
-        let (space, rp) = pending_of(sc.segs, sc.marks, sc.data, sc.replay);
+        let (space, mut rp) = pending_of(sc.segs, sc.marks, sc.data, sc.replay);
+        rp.pending_ns = sc
+            .ns
+            .into_iter()
+            .filter(|n| !space.covered(&format::NS_KEY, n.seq))
+            .collect();
 
         let last_seg = seg_list.last().copied().unwrap_or(0);
         let c = Counters {
@@ -508,6 +522,14 @@ impl Journal {
         rec: Record<'_>,
         shared: Option<bytes::Bytes>,
     ) -> Result<u64, JournalError> {
+        if let Record::Ns { payload } = &rec {
+            if payload.is_empty() || payload.len() > MAX_NS {
+                return Err(JournalError::Config(format!(
+                    "namespace record of {} bytes; 1 to {MAX_NS}",
+                    payload.len()
+                )));
+            }
+        }
         if let Record::Data { file, .. } = &rec {
             if file.path.len() > MAX_PATH {
                 return Err(JournalError::Config(format!(
@@ -518,7 +540,7 @@ impl Journal {
         }
         let cfg = &self.sh.cfg;
         let room = match rec {
-            Record::Data { .. } => MARK_ROOM,
+            Record::Data { .. } | Record::Ns { .. } => MARK_ROOM,
             _ => 0,
         };
         let max = cfg.segment_size - SEAL_LEN - room;
@@ -534,7 +556,7 @@ impl Journal {
             st.usable()?;
         }
         let mark = match rec {
-            Record::Data { .. } => None,
+            Record::Data { .. } | Record::Ns { .. } => None,
             Record::Done { dev, ino, upto_seq } | Record::Drop { dev, ino, upto_seq } => {
                 if upto_seq >= st.next_seq {
                     return Err(JournalError::Config(format!(
@@ -594,6 +616,12 @@ impl Journal {
                 let seg = st.tail.seg;
                 if let Some(info) = st.space.segs.get_mut(&seg) {
                     info.files.insert((file.dev, file.ino), seq);
+                }
+            }
+            (Record::Ns { .. }, _) => {
+                let seg = st.tail.seg;
+                if let Some(info) = st.space.segs.get_mut(&seg) {
+                    info.files.insert(NS_KEY, seq);
                 }
             }
             (_, Some((key, upto))) => st.marks.push_back((seq, key, upto)),

@@ -74,9 +74,20 @@ impl PendingWrite {
     }
 }
 
+/// A namespace operation acknowledged but not known to be applied to the store (format 2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingNs {
+    pub seq: u64,
+    /// As the caller appended it.
+    pub payload: Vec<u8>,
+}
+
 /// What `Journal::open` found.
 #[derive(Debug, Default)]
 pub struct Replay {
+    /// NS records not covered by a DONE of `NS_KEY`, in seq order: the caller applies them
+    /// (before `pending`, which may name what they create), then calls `done` on `NS_KEY`.
+    pub pending_ns: Vec<PendingNs>,
     /// DATA records not covered by a DONE/DROP, in seq order. The caller writes each to the
     /// backing store (`Journal::read_pending` gives the bytes), fsyncs, then calls `done`.
     pub pending: Vec<PendingWrite>,
@@ -115,6 +126,7 @@ pub(crate) struct Scanned {
     pub segs: BTreeMap<u64, SegInfo>,
     pub marks: FxHashMap<Key, u64>,
     pub data: Vec<PendingWrite>,
+    pub ns: Vec<PendingNs>,
     pub last_seq: u64,
     /// The last segment, if it has no SEAL: where one goes.
     pub unsealed_last: Option<(u64, u64)>,
@@ -135,6 +147,7 @@ pub(crate) fn scan(
         segs: BTreeMap::new(),
         marks: FxHashMap::default(),
         data: Vec::new(),
+        ns: Vec::new(),
         last_seq: 0,
         unsealed_last: None,
         spares: Vec::new(),
@@ -285,6 +298,16 @@ fn scan_segment(
                     offset,
                     len: data.len() as u32,
                     loc: Loc { seg, off },
+                });
+            }
+            Decoded::Ns { payload } => {
+                if info.first_seq == 0 {
+                    info.first_seq = h.seq;
+                }
+                info.files.insert(format::NS_KEY, h.seq);
+                out.ns.push(PendingNs {
+                    seq: h.seq,
+                    payload: payload.to_vec(),
                 });
             }
             Decoded::Done { dev, ino, upto } | Decoded::Drop { dev, ino, upto } => {

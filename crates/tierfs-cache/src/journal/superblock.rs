@@ -7,7 +7,7 @@
 //! ```
 
 use super::error::io_err;
-use super::format::{get_u16, get_u32, get_u64, FORMAT};
+use super::format::{get_u16, get_u32, get_u64, FORMAT, FORMAT_MIN};
 use super::{io, JournalError};
 use std::fs;
 use std::io::Write;
@@ -28,6 +28,8 @@ pub(crate) struct Superblock {
     pub uuid: [u8; 16],
     /// Informational: segments are self-delimiting, a different configured size is accepted.
     pub segment_size: u64,
+    /// The format it was written in (`store` always writes [`FORMAT`]).
+    pub format: u32,
 }
 
 /// Reads and checks the superblock of `dir` against the store of the mount. `Ok(None)` if
@@ -64,7 +66,7 @@ pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, String)>, JournalEr
         return Err(damaged("not a tierfs journal superblock"));
     }
     let format = get_u32(&b, 8).unwrap_or(0);
-    if format != FORMAT {
+    if !(FORMAT_MIN..=FORMAT).contains(&format) {
         return Err(JournalError::WrongFormat {
             dir: dir.to_path_buf(),
             found: format,
@@ -84,6 +86,7 @@ pub(crate) fn read(dir: &Path) -> Result<Option<(Superblock, String)>, JournalEr
     let sb = Superblock {
         uuid,
         segment_size: get_u64(&b, 40).unwrap_or(0),
+        format,
     };
     Ok(Some((sb, id)))
 }

@@ -347,6 +347,7 @@ fn model(orig: &Path, last: u64, cut: u64) -> Written {
                     *e = (*e).max(upto);
                 }
                 Decoded::Seal { .. } => break,
+                Decoded::Ns { .. } => {}
             }
             off = end;
         }
@@ -607,4 +608,90 @@ fn inspect_reports_pending_and_torn_tails_without_changing_anything() {
     assert_eq!(r.pending.len(), 1, "the pending write survives the repair");
     let (j, rp) = open(dir, cfg());
     assert_eq!(j.read_pending(&rp.pending[0]).unwrap(), bytes(2, 3000));
+}
+
+/// NS records (format 2) come back from replay in seq order with their payloads, between the
+/// DATA records they were appended among, until a DONE of `NS_KEY` covers them; the segment
+/// holding them is kept until then.
+#[test]
+fn ns_records_replay_until_done() {
+    let d = TempDir::new().unwrap();
+    let (j, _) = open(d.path(), cfg());
+    let a = j
+        .append(Record::Ns {
+            payload: b"create a",
+        })
+        .unwrap();
+    let f = file(1);
+    let w = j.append_data(&f, 0, b"data of a").unwrap();
+    let b = j
+        .append(Record::Ns {
+            payload: b"chmod a",
+        })
+        .unwrap();
+    assert!(a < w && w < b);
+    assert!(j.append(Record::Ns { payload: b"" }).is_err(), "empty");
+    let big = vec![1u8; MAX_NS + 1];
+    assert!(j.append(Record::Ns { payload: &big }).is_err(), "too long");
+    j.sync(b).unwrap();
+    drop(j);
+    let (j, rp) = open(d.path(), cfg());
+    let got: Vec<(u64, Vec<u8>)> = rp
+        .pending_ns
+        .iter()
+        .map(|n| (n.seq, n.payload.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(a, b"create a".to_vec()), (b, b"chmod a".to_vec())]
+    );
+    assert_eq!(rp.pending.len(), 1, "the DATA record between them");
+    // Applied up to the first: only the second stays pending.
+    j.done(NS_KEY.0, NS_KEY.1, a).unwrap();
+    j.sync_all().unwrap();
+    drop(j);
+    let (j, rp) = open(d.path(), cfg());
+    assert_eq!(rp.pending_ns.len(), 1);
+    assert_eq!(rp.pending_ns[0].payload, b"chmod a");
+    j.done(NS_KEY.0, NS_KEY.1, b).unwrap();
+    j.sync_all().unwrap();
+    drop(j);
+    let (_j, rp) = open(d.path(), cfg());
+    assert!(rp.pending_ns.is_empty());
+}
+
+/// A journal written in format 1 (no NS records) opens as it is, its pending writes intact,
+/// and its superblock says format 2 afterwards.
+#[test]
+fn format_1_journal_is_read_and_upgraded() {
+    let d = TempDir::new().unwrap();
+    let (j, _) = open(d.path(), cfg());
+    let s = j.append_data(&file(3), 0, b"old").unwrap();
+    j.sync(s).unwrap();
+    drop(j);
+    // Make the superblock say format 1, as an older tierfs wrote it.
+    let (mut sb, id) = superblock::read(d.path()).unwrap().unwrap();
+    sb.format = 1;
+    let path = d.path().join(superblock::FILE);
+    superblock::store(d.path(), &id, &sb).unwrap();
+    let mut b = fs::read(&path).unwrap();
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&path, &b).unwrap();
+    assert_eq!(superblock::read(d.path()).unwrap().unwrap().0.format, 1);
+    let (_j, rp) = open(d.path(), cfg());
+    assert_eq!(rp.pending.len(), 1);
+    assert_eq!(superblock::read(d.path()).unwrap().unwrap().0.format, 2);
+    // A format this version does not know is refused.
+    let mut b = fs::read(&path).unwrap();
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&path, &b).unwrap();
+    drop(_j);
+    assert!(matches!(
+        Journal::open(d.path(), "store-a", cfg(), false),
+        Err(JournalError::WrongFormat { found: 3, .. })
+    ));
 }
