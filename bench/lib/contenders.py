@@ -201,8 +201,11 @@ class Tierfs(Contender):
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             st = self.stats()
+            # Deferred namespace operations (creates, mkdirs: writeback.namespace=back)
+            # are on the store too.
             if not R.jget(st, "writeback.dirty_bytes") and \
-                    not R.jget(st, "writeback.dirty_files"):
+                    not R.jget(st, "writeback.dirty_files") and \
+                    not R.jget(st, "writeback.namespace.pending"):
                 return time.monotonic() - t0
             time.sleep(0.2)
         R.log(f"{self.key}: still dirty after {timeout:.0f} s")

@@ -343,6 +343,7 @@ impl Config {
         "writeback.mode",
         "writeback.fsync",
         "writeback.close",
+        "writeback.namespace",
         "writeback.flushers",
         "writeback.dirty_hard",
         "writeback.dirty_soft",
@@ -419,6 +420,7 @@ impl Config {
                 CloseMode::Flush => "flush",
             }
             .into(),
+            "writeback.namespace" => if wb.namespace_back { "back" } else { "sync" }.into(),
             "writeback.flushers" => wb.flushers.to_string(),
             "writeback.dirty_hard" => format_size(wb.dirty_hard),
             "writeback.dirty_soft" => format_size(wb.dirty_soft),
@@ -519,6 +521,13 @@ impl Config {
                         "async" => CloseMode::Async,
                         "flush" => CloseMode::Flush,
                         _ => bail!("must be async or flush"),
+                    }
+                }
+                "writeback.namespace" => {
+                    self.wb.namespace_back = match value {
+                        "back" => true,
+                        "sync" => false,
+                        _ => bail!("must be back or sync"),
                     }
                 }
                 "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,

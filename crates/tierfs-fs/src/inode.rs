@@ -361,6 +361,25 @@ impl<S: Store> InodeTable<S> {
         entry.clone()
     }
 
+    /// The kernel learns `inode` again (one more lookup), putting it back in the table if it
+    /// had forgotten it: for objects with one `Inode` for good (provisional ones, see
+    /// `namespace::provisional`). False if its number now belongs to another object.
+    pub(crate) fn readmit(&self, inode: &Arc<Inode<S>>) -> bool {
+        let e = self
+            .inodes
+            .entry(inode.ino)
+            .or_insert_with(|| inode.clone());
+        if !Arc::ptr_eq(&e, inode) {
+            return false;
+        }
+        let id = inode.id();
+        if Self::preferred(id) != inode.ino {
+            self.assigned.insert(id, inode.ino);
+        }
+        inode.lookups.fetch_add(1, Relaxed);
+        true
+    }
+
     /// FUSE forget: drops `n` lookups; the inode leaves the table at zero.
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == crate::ROOT_INO {

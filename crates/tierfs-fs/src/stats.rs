@@ -203,6 +203,24 @@ pub struct WarmCounters {
     pub(crate) evicted_ssd_bytes: AtomicU64,
 }
 
+/// Write-back of namespace operations: see `WbCounters` for what each counts.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct NsStats {
+    pub deferred: u64,
+    pub applied: u64,
+    /// Deferred and not yet on the store.
+    pub pending: u64,
+    /// Age of the oldest of them.
+    pub oldest_ms: u64,
+    pub groups: u64,
+    /// Time to apply a group, median and 99th percentile of the last 256.
+    pub group_ms_median: u64,
+    pub group_ms_p99: u64,
+    pub conflicts: u64,
+    pub errors: u64,
+    pub replayed: u64,
+}
+
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct WarmStats {
     /// Files warmed.
@@ -273,6 +291,9 @@ pub struct WbStats {
     #[serde(default)]
     pub replay_lost_writes: u64,
     pub replay_ms: u64,
+    /// Write-back of namespace operations (`writeback.namespace=back`).
+    #[serde(default)]
+    pub namespace: NsStats,
     pub reserve: ReserveStats,
     pub journal: Option<tierfs_cache::journal::JournalStats>,
 }

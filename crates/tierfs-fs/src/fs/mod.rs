@@ -9,22 +9,23 @@
 //! before a namespace operation or a truncate that must follow it, reads of a file with
 //! dirty data go through write-back's overlay, and attributes shown to the kernel include
 //! dirty data (size, mtime). `admin` holds the rest of the API: stats, tunables, memory
-//! pressure, starting and stopping write-back.
+//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `deferred`
+//! write-back of namespace operations (which are acknowledged before the store has them, and
+//! the wait before the others).
 
 mod admin;
+mod data_ops;
+mod deferred;
 
 use crate::counted::CountedStore;
-use crate::data::{EvictReport, Objects, OpenReply, WarmError, WarmReport};
+use crate::data::{Objects, OpenReply};
 use crate::identity::IdStore;
 use crate::namespace::{DirEntryOut, DirOpen, Entry, Namespace, Requester};
 use crate::shared::Shared;
-use crate::stats::FsStats;
 use crate::writeback::Writeback;
 use crate::FsConfig;
-use bytes::Bytes;
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::Release;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tierfs_cache::{PressureMonitor, RamCache, SsdCache};
@@ -223,6 +224,9 @@ impl<S: Store> Fs<S> {
                 wb.note_dirty_mtime(&i, m);
             }
         }
+        if let Some(a) = self.setattr_deferred(ino, set)? {
+            return Ok(self.shown(ino, a));
+        }
         let a = self.data.setattr(&i, fh, set)?;
         if let (Some(_), Some(fh)) = (self.wb(), fh) {
             if set.size.is_some() && self.sh.store.publishes_at_sync() {
@@ -248,10 +252,15 @@ impl<S: Store> Fs<S> {
         rdev: u64,
         req: Requester,
     ) -> Result<Entry> {
+        self.drain_ns()?;
         self.ns.mknod(parent, name, mode, rdev, req)
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
+        if let Some(e) = self.mkdir_deferred(parent, name, mode, req)? {
+            return Ok(e);
+        }
+        self.drain_ns()?;
         self.ns.mkdir(parent, name, mode, req)
     }
 
@@ -262,20 +271,24 @@ impl<S: Store> Fs<S> {
         target: &OsStr,
         req: Requester,
     ) -> Result<Entry> {
+        self.drain_ns()?;
         self.ns.symlink(parent, name, target, req)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        self.drain_ns()?;
         self.settle_file(ino)?;
         Ok(self.shown_entry(self.ns.link(ino, newparent, newname)?))
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.drain_ns()?;
         self.settle_name(parent, name)?;
         self.ns.unlink(parent, name)
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.drain_ns()?;
         self.ns.rmdir(parent, name)
     }
 
@@ -287,6 +300,7 @@ impl<S: Store> Fs<S> {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        self.drain_ns()?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
         self.settle_name(newparent, newname)?;
@@ -298,12 +312,17 @@ impl<S: Store> Fs<S> {
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
     /// stay valid while the directory changes.
     pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
+        // A listing comes from the store: the names deferred so far must be there.
+        self.drain_ns()?;
         self.cached_if_gone(|| self.ns.opendir(ino))
     }
 
     /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
     /// memory) has the listing: no I/O, for the FUSE thread itself.
     pub fn opendir_fast(&self, ino: u64) -> Option<DirOpen> {
+        if !self.ns.prov.is_empty() {
+            return None;
+        }
         self.ns.opendir_fast(ino)
     }
 
@@ -317,6 +336,8 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
+        // Its deferred names are on the store (each group syncs its directories).
+        self.drain_ns()?;
         self.ns.fsyncdir(ino, datasync)
     }
 
@@ -325,18 +346,26 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
+        if let Some(e) = self.xattr_provisional(ino) {
+            return Err(e);
+        }
         self.ns.getxattr(ino, name)
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        if self.xattr_provisional(ino).is_some() {
+            return Ok(Vec::new());
+        }
         self.ns.listxattr(ino)
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.drain_ns()?;
         self.ns.setxattr(ino, name, value, flags)
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        self.drain_ns()?;
         self.ns.removexattr(ino, name)
     }
 
@@ -360,6 +389,9 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
     pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+        if let Some(o) = self.open_provisional(ino, flags)? {
+            return Ok(o);
+        }
         if flags & libc::O_TRUNC != 0 {
             // The dirty data first, or its flush would land after the truncate.
             self.settle_file(ino)?;
@@ -388,6 +420,10 @@ impl<S: Store> Fs<S> {
         flags: i32,
         req: Requester,
     ) -> Result<(Entry, OpenReply)> {
+        if let Some((e, o)) = self.create_deferred(parent, name, mode, flags, req)? {
+            return Ok((self.shown_entry(e), o));
+        }
+        self.drain_ns()?;
         if flags & libc::O_TRUNC != 0 {
             // An existing file is truncated: its dirty data first (see `open_by`).
             self.settle_name(parent, name)?;
@@ -408,6 +444,9 @@ impl<S: Store> Fs<S> {
 
     pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
         if let Some(wb) = self.wb() {
+            // Its name first: the operations it depends on (its create, its directory's)
+            // are on the store and synced before its data is.
+            wb.drain_ns()?;
             wb.fsync_back(&self.ns.inode(ino)?)?;
         }
         self.data.fsync(ino, fh, datasync)
@@ -443,156 +482,5 @@ impl<S: Store> Fs<S> {
             wb.settle_file(&of.inode)?;
         }
         self.data.lseek(&of, offset, whence)
-    }
-
-    // ---------------------------------------------------------------- data
-
-    /// The fast path, safe to run on a FUSE worker thread: answers only if every block is in
-    /// RAM (or an SSD read-around window) and the file's fingerprint is fresh, and never
-    /// blocks on I/O. Hands the data to `reply` and returns whether it did.
-    pub fn read_cached_with(
-        &self,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        reply: impl FnOnce(&[u8]),
-    ) -> bool {
-        let served = self.data.read_cached_with(ino, fh, offset, size, reply);
-        if served {
-            self.walk_without_open(ino, fh, offset);
-        }
-        served
-    }
-
-    /// With FUSE no-open (`meta.cto=off`) no OPEN reaches us: the first read of a file (handle
-    /// 0, offset 0) is where a directory walk shows (see `data/siblings.rs`).
-    fn walk_without_open(&self, ino: u64, fh: u64, offset: u64) {
-        if fh == 0 && offset == 0 {
-            self.data.opened_for_walk(ino);
-        }
-    }
-
-    /// The full read path; may block on the backing store.
-    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
-        let of = self.data.file_for(ino, fh, false)?;
-        self.walk_without_open(ino, fh, offset);
-        if let Some(wb) = self.wb() {
-            if of.state.has_dirty.load(Acquire) {
-                return wb.read_over_dirty(&of, offset, size);
-            }
-        }
-        self.cached_if_gone(|| self.data.read(&of, offset, size))
-    }
-
-    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.write_owned(ino, fh, offset, data.to_vec())
-    }
-
-    /// [`Fs::write`] of a buffer the caller gives away: write-back keeps it as the dirty
-    /// extent without copying it.
-    pub fn write_owned(
-        &self,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: impl Into<Bytes>,
-    ) -> Result<u32> {
-        let data: Bytes = data.into();
-        let of = self.data.file_for(ino, fh, true)?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        match self.wb() {
-            Some(wb) => {
-                let n = wb.write_back(&of, offset, data)?;
-                self.count_write(n);
-                Ok(n)
-            }
-            None => self.data.write_through(&of, offset, &data),
-        }
-    }
-
-    /// copy_file_range from `(ino_in, fh_in)` to `(ino_out, fh_out)`: done by the store
-    /// (see `Objects::copy_range`), after write-back has put both files' dirty data on it,
-    /// so the copy reads what the application wrote and lands after it. At most 1 GiB per
-    /// call (the reply carries a 32-bit count; the caller loops, as for any short copy).
-    #[allow(clippy::too_many_arguments)]
-    pub fn copy_file_range(
-        &self,
-        ino_in: u64,
-        fh_in: u64,
-        off_in: u64,
-        ino_out: u64,
-        fh_out: u64,
-        off_out: u64,
-        len: u64,
-    ) -> Result<u32> {
-        let src = self.data.file_for(ino_in, fh_in, false)?;
-        let dst = self.data.file_for(ino_out, fh_out, true)?;
-        if let Some(wb) = self.wb() {
-            wb.settle_file(&src.inode)?;
-            wb.settle_file(&dst.inode)?;
-        }
-        let n = self
-            .data
-            .copy_range(&src, off_in, &dst, off_out, len.min(1 << 30))?;
-        Ok(n as u32)
-    }
-
-    fn count_write(&self, n: u32) {
-        FsStats::add(&self.sh.stats.write_requests, 1);
-        FsStats::add(&self.sh.stats.write_bytes, n as u64);
-    }
-
-    /// The request's data as a buffer the core may keep: in write-back mode from huge-page
-    /// regions (see `writebuf`), since it stays in RAM until flushed.
-    pub fn write_buf(&self, data: &[u8]) -> Bytes {
-        match self.wb() {
-            Some(_) => self.write_bufs.copy(data),
-            None => Bytes::copy_from_slice(data),
-        }
-    }
-
-    /// A write-back write answered on the calling (FUSE) thread, without a hand-off to the
-    /// I/O pool, when nothing in it can wait. `Err` gives the data back: the caller sends it
-    /// to [`Fs::write_owned`] on a thread that may wait.
-    pub fn try_write_inline(
-        &self,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: Bytes,
-    ) -> std::result::Result<Result<u32>, Bytes> {
-        let Some(wb) = self.wb() else {
-            return Err(data);
-        };
-        if data.is_empty() {
-            return Err(data);
-        }
-        let of = match self.data.file_for(ino, fh, true) {
-            Ok(of) => of,
-            Err(e) => return Ok(Err(e)),
-        };
-        let r = wb.write_back_with(&of, offset, data, true)?;
-        if let Ok(n) = r {
-            self.count_write(n);
-        }
-        Ok(r)
-    }
-
-    /// Pre-loads the regular file at `rel` into the SSD tier. With `budget`, admission waits
-    /// for the SSD write budget; without, it takes none.
-    pub fn warm_file(
-        &self,
-        rel: &Path,
-        budget: bool,
-    ) -> std::result::Result<WarmReport, WarmError> {
-        self.data.warm_file(rel, budget)
-    }
-
-    /// Drops what the tiers hold of the object at `rel`.
-    pub fn evict_path(&self, rel: &Path) -> std::result::Result<EvictReport, Errno> {
-        self.data.evict_path(rel)
     }
 }

@@ -11,9 +11,11 @@ mod attrs;
 mod estale;
 mod listing;
 mod names;
+mod provisional;
 mod rename;
 
 pub use listing::DirOpen;
+pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV};
 
 use crate::identity::Ident;
 use crate::inode::{Inode, InodeTable};
@@ -66,6 +68,8 @@ pub(crate) struct Namespace<S: Store> {
     dirs: DashMap<u64, Arc<listing::DirHandle>>,
     next_dir_fh: AtomicU64,
     as_root: bool,
+    /// Names created by write-back that the store does not have yet (see `provisional`).
+    pub prov: Provisional<St<S>>,
 }
 
 impl<S: Store> Namespace<S> {
@@ -85,6 +89,7 @@ impl<S: Store> Namespace<S> {
             next_dir_fh: AtomicU64::new(1),
             // SAFETY: geteuid has no preconditions.
             as_root: unsafe { libc::geteuid() } == 0,
+            prov: Provisional::new(),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());
@@ -164,6 +169,9 @@ impl<S: Store> Namespace<S> {
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
         too_long(name)?;
         let p = self.inode(parent)?;
+        if let Some(r) = self.lookup_provisional(&p, name) {
+            return r;
+        }
         // The kernel's retry of an open we answered ESTALE asks the store: the metadata
         // cache may still name the replaced file, and the retry is the last one the VFS makes.
         let cached = if self.retrying_after_estale(pid) {
@@ -191,16 +199,105 @@ impl<S: Store> Namespace<S> {
         if let Err(e) = too_long(name) {
             return Some(Err(e));
         }
+        let p = self.inodes.get(parent)?;
+        if let Some(r) = self.lookup_provisional(&p, name) {
+            return Some(r);
+        }
         if !self.meta.enabled() || self.retrying_after_estale(pid) {
             return None;
         }
-        let p = self.inodes.get(parent)?;
         self.answer_from_listing(&p, name, self.meta.lookup(p.id(), name))
+    }
+
+    /// A lookup the provisional table answers (see `provisional`): None when it cannot.
+    fn lookup_provisional(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<Result<Entry>> {
+        match self.prov.lookup(p.id(), name) {
+            ProvLookup::NotHere => None,
+            ProvLookup::Absent => Some(Err(Errno::ENOENT)),
+            ProvLookup::Found(inode, attr) => Some(self.provisional_entry(&inode, attr)),
+        }
+    }
+
+    /// The kernel learns provisional object `inode` (one more lookup of it).
+    pub(crate) fn provisional_entry(&self, inode: &Arc<Inode<St<S>>>, attr: Attr) -> Result<Entry> {
+        if !self.inodes.readmit(inode) {
+            // Its inode number was taken by another object while the kernel had forgotten
+            // it: not expected within 2^60 numbers, but never two objects under one number.
+            tracing::error!("provisional inode {} lost its number", inode.ino);
+            return Err(Errno::EIO);
+        }
+        Ok(Entry {
+            ino: inode.ino,
+            attr: self.with_ino(inode, attr),
+            age: std::time::Duration::ZERO,
+        })
+    }
+
+    /// Makes a provisional object (see `provisional`): `parent/name`, of `kind`, identified by
+    /// the seq of the journal record that created it, with its owner and mode as the store
+    /// would give them. The kernel learns it (one lookup).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_provisional(
+        &self,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        kind: FileKind,
+        mode: u32,
+        owner: (u32, u32),
+        seq: u64,
+    ) -> Result<(Arc<Inode<St<S>>>, Entry)> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let t = tierfs_store::TimeSpec {
+            sec: now.as_secs() as i64,
+            nsec: now.subsec_nanos(),
+        };
+        let dir = kind == FileKind::Dir;
+        let attr = Attr {
+            dev: PROV_DEV,
+            ino: seq,
+            kind,
+            perm: (mode & 0o7777) as u16,
+            nlink: if dir { 2 } else { 1 },
+            uid: owner.0,
+            gid: owner.1,
+            rdev: 0,
+            size: if dir { 4096 } else { 0 },
+            blocks: 0,
+            blksize: 4096,
+            atime: t,
+            mtime: t,
+            ctime: t,
+        };
+        let inode = self
+            .inodes
+            .remember_lazy(parent.clone(), name, &attr, Instant::now());
+        self.prov.add(inode.clone(), attr, parent.id(), name);
+        let e = Entry {
+            ino: inode.ino,
+            attr: self.with_ino(&inode, attr),
+            age: std::time::Duration::ZERO,
+        };
+        Ok((inode, e))
+    }
+
+    /// The owner a new object of requester `req` gets on the store: the requester's when
+    /// the daemon runs as root (it sets it), else the daemon's own.
+    pub(crate) fn new_owner(&self, req: Requester) -> (u32, u32) {
+        match self.owner(req) {
+            Some(o) => o,
+            // SAFETY: no preconditions.
+            None => unsafe { (libc::geteuid(), libc::getegid()) },
+        }
     }
 
     /// [`Namespace::getattr_aged`] when the metadata cache can answer without I/O.
     pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, std::time::Duration)> {
         let i = self.inodes.get(ino)?;
+        if let Some(a) = self.prov.attr(i.id()) {
+            return Some((self.with_ino(&i, a), std::time::Duration::ZERO));
+        }
         let (attr, at) = self.meta.attr(i.id())?;
         FsStats::add(&self.sh.stats.meta_hits, 1);
         Some((
@@ -298,6 +395,14 @@ impl<S: Store> Namespace<S> {
         if let Some(n) = i.node() {
             return Ok(n);
         }
+        let id = i.id();
+        if is_provisional(id) {
+            // Not on the store yet: the namespace flusher makes it (and gives it its node).
+            self.prov.wait(id)?;
+            if let Some(n) = i.node() {
+                return Ok(n);
+            }
+        }
         let origin = i.origin.lock().clone();
         let Some((parent, name)) = origin else {
             return i.node().ok_or(Errno::ESTALE);
@@ -342,9 +447,21 @@ impl<S: Store> Namespace<S> {
         Ok(newest)
     }
 
+    /// The attributes of `i` as the store names them (its identity, not the kernel's inode
+    /// number): from the metadata cache, else asked for.
+    pub(crate) fn store_attr(&self, i: &Arc<Inode<St<S>>>) -> Result<Attr> {
+        match self.meta.attr(i.id()) {
+            Some((a, _)) => Ok(a),
+            None => self.fetch_attr(i),
+        }
+    }
+
     /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).
     pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
         let i = self.inode(ino)?;
+        if let Some(a) = self.prov.attr(i.id()) {
+            return Ok((self.with_ino(&i, a), std::time::Duration::ZERO));
+        }
         if let Some((attr, at)) = self.meta.attr(i.id()) {
             FsStats::add(&self.sh.stats.meta_hits, 1);
             return Ok((

@@ -51,6 +51,9 @@ pub struct WbConfig {
     pub reserve_chunk: u64,
     /// Longest wait between retries of a failing flush.
     pub retry_max: Duration,
+    /// Namespace operations of new objects (create, mkdir, their setattrs) are journaled
+    /// and acknowledged before the store has them (`writeback.namespace=back`).
+    pub namespace_back: bool,
 }
 
 impl Default for WbConfig {
@@ -68,6 +71,7 @@ impl Default for WbConfig {
             group: 256 << 20,
             reserve_chunk: 256 << 20,
             retry_max: Duration::from_secs(30),
+            namespace_back: true,
         }
     }
 }

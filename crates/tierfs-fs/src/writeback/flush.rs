@@ -64,10 +64,18 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn any_ready(&self) -> bool {
         let now = now_ms();
         self.files.lock().values().any(|i| {
-            i.file
-                .as_ref()
-                .is_some_and(|st| !st.flushing.load(Acquire) && st.retry_at_ms.load(Relaxed) <= now)
+            !self.waits_for_create(i)
+                && i.file.as_ref().is_some_and(|st| {
+                    !st.flushing.load(Acquire) && st.retry_at_ms.load(Relaxed) <= now
+                })
         })
+    }
+
+    /// A file whose create is deferred and not on the store yet: the namespace flusher makes
+    /// it first (a file the store refused is not waiting: its data goes to `lost/`).
+    fn waits_for_create(&self, i: &Inode<St<S>>) -> bool {
+        let id = i.id();
+        crate::namespace::is_provisional(id) && self.ns.prov.failure(id).is_none()
     }
 
     /// Claims the next dirty file for flushing (none is flushed by two threads at once).
@@ -79,7 +87,7 @@ impl<S: Store> Writeback<S> {
         let ordered = files.range(start..).chain(files.range(..start));
         for (k, i) in ordered {
             let Some(st) = &i.file else { continue };
-            if st.retry_at_ms.load(Relaxed) > now {
+            if st.retry_at_ms.load(Relaxed) > now || self.waits_for_create(i) {
                 continue;
             }
             if st
@@ -148,6 +156,9 @@ impl<S: Store> Writeback<S> {
         };
         if st.dirty.lock().is_none() {
             return Ok(true);
+        }
+        if let Some(e) = self.ns.prov.failure(i.id()) {
+            return self.flush_refused(i, e);
         }
         let node = self.ns.node(i)?;
         let publishes = self.sh.store.publishes_at_sync();
@@ -423,7 +434,17 @@ impl<S: Store> Writeback<S> {
         if attr.kind == FileKind::Dir {
             return self.flush_all();
         }
-        let i = self.files.lock().get(&(attr.dev, attr.ino)).cloned();
+        // Dirty files are keyed by the identity their journal records carry, which is not the
+        // store's when the file was created by deferred namespace write-back (or renamed
+        // through tierfs with path identities): matched by the inode's identity then.
+        let id = (attr.dev, attr.ino);
+        let i = {
+            let files = self.files.lock();
+            files
+                .get(&id)
+                .or_else(|| files.values().find(|i| i.id() == id))
+                .cloned()
+        };
         match i {
             Some(i) => self.flush_file_now(&i),
             None => Ok(()),
@@ -439,6 +460,19 @@ impl<S: Store> Writeback<S> {
     /// Unmount (or SIGTERM): drains every dirty byte to the backing store, with a progress
     /// line, then stops the flushers and closes the journal.
     pub fn shutdown_writeback(&self) {
+        // Names first: the files' data needs them on the store.
+        let (ns_left, _) = self.ns_pending();
+        if ns_left > 0 {
+            eprintln!("tierfs: applying {ns_left} namespace operations to the backing store...");
+            if !self.drain_ns_for(Duration::from_secs(5)) {
+                let (left, _) = self.ns_pending();
+                tracing::error!("write-back: {left} namespace operations could not be applied; they stay in the journal and are replayed at the next mount");
+                eprintln!("tierfs: {left} namespace operations could not be applied to the backing store; kept in the journal for the next mount");
+
+                // Files not yet made on the store cannot be flushed: they wait no more.
+                self.ns.prov.shutdown();
+            }
+        }
         let bytes = self.dirty_bytes();
         let t = Instant::now();
         if bytes > 0 {
@@ -495,6 +529,7 @@ impl<S: Store> Writeback<S> {
             eprintln!("tierfs: flushed in {:.1?}", t.elapsed());
         }
         self.stop.store(true, Release);
+        self.ns.prov.shutdown();
         self.notify();
         // Taken out first: no lock is held while the flushers finish.
         let threads = std::mem::take(&mut *self.threads.lock());

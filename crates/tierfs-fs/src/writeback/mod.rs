@@ -14,6 +14,11 @@
 mod config;
 
 mod flush;
+mod ns;
+mod ns_defer;
+mod ns_lost;
+mod ns_record;
+mod ns_replay;
 mod replay;
 mod reserve;
 mod stats;
@@ -69,6 +74,10 @@ pub struct Writeback<S: Store> {
     /// was left unsynced (still being written), kept so its staged contents carry over to the
     /// next flush group instead of being uploaded or staged again.
     pub(crate) held: Mutex<std::collections::HashMap<(u64, u64), crate::shared::Handle<S>>>,
+    /// Deferred namespace operations on their way to the namespace flusher (see `ns`).
+    pub(crate) nsq: ns::NsQueue<S>,
+    /// The journal's directory (its `lost/` keeps what the store refused).
+    pub(crate) dir: std::path::PathBuf,
 }
 
 impl<S: Store> Writeback<S> {
@@ -107,6 +116,8 @@ impl<S: Store> Writeback<S> {
             }
             r.2
         };
+        let (ns_pending, ns_oldest_ms) = self.ns_pending();
+        let ns_group = self.ns_group_ms();
         WbStats {
             mode: "back".into(),
             flush_rate_bps: flush_rate,
@@ -135,6 +146,18 @@ impl<S: Store> Writeback<S> {
             replay_damage: g(&c.replay_damage),
             replay_lost_writes: g(&c.replay_lost_writes),
             replay_ms: g(&c.replay_ms),
+            namespace: crate::stats::NsStats {
+                deferred: g(&c.ns_deferred),
+                applied: g(&c.ns_applied),
+                pending: ns_pending,
+                oldest_ms: ns_oldest_ms,
+                groups: g(&c.ns_groups),
+                group_ms_median: ns_group.0,
+                group_ms_p99: ns_group.1,
+                conflicts: g(&c.ns_conflicts),
+                errors: g(&c.ns_errors),
+                replayed: g(&c.ns_replayed),
+            },
             reserve: self.reserve.stats(),
             journal: Some(self.journal.stats()),
         }

@@ -35,13 +35,14 @@ impl<S: Store> Writeback<S> {
         }
         let c = WbCounters::default();
         settle_damage(&journal, &replay, dir, &c)?;
+        let refused = super::ns_replay::replay_ns(&sh.store, &journal, &replay.pending_ns, &c)?;
         if !replay.pending.is_empty() {
             eprintln!(
                 "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
                 replay.pending.len(),
                 replay.pending_bytes as f64 / 1048576.0
             );
-            replay_pending(&sh.store, &journal, &replay.pending, dir, &c)?;
+            replay_pending(&sh.store, &journal, &replay.pending, dir, &c, &refused)?;
         }
         c.replay_ms.store(t.elapsed().as_millis() as u64, Relaxed);
         let flushers = cfg.flushers.max(1);
@@ -64,7 +65,11 @@ impl<S: Store> Writeback<S> {
             threads: Default::default(),
             rate: Mutex::new((Instant::now(), 0, 0)),
             held: Mutex::new(Default::default()),
+            nsq: super::ns::NsQueue::new(),
+            dir: dir.to_path_buf(),
         });
+        wb.spawn_ns_flusher()
+            .map_err(|e| format!("starting the namespace flusher thread: {e}"))?;
         {
             let _g = wb.live.resize.lock();
             for _ in 0..flushers {
@@ -91,6 +96,8 @@ pub(crate) fn replay_journal<S: Store>(
         journal.set_space_hook(Arc::new(move |bytes| ssd.yield_space(bytes)));
     }
     settle_damage(&journal, &replay, dir, &WbCounters::default())?;
+    let refused =
+        super::ns_replay::replay_ns(store, &journal, &replay.pending_ns, &WbCounters::default())?;
     if !replay.pending.is_empty() {
         eprintln!(
             "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
@@ -103,6 +110,7 @@ pub(crate) fn replay_journal<S: Store>(
             &replay.pending,
             dir,
             &WbCounters::default(),
+            &refused,
         )?;
     }
     journal.shutdown();
@@ -119,6 +127,7 @@ fn replay_pending<S: Store>(
     pending: &[PendingWrite],
     dir: &Path,
     c: &WbCounters,
+    refused: &[Vec<u8>],
 ) -> std::result::Result<(), String> {
     let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
     for p in pending {
@@ -130,8 +139,16 @@ fn replay_pending<S: Store>(
         // With inode identities the path must still hold that inode (journals of tierfs
         // before identities had the device number in `dev`: not compared). With path
         // identities the path is the file.
-        let by_inode = store.identity_kind() == tierfs_store::Identity::Inode;
-        let found = open_by_path(store, path).and_then(|(node, attr)| {
+        // A file created by deferred namespace write-back has a provisional identity: the
+        // path is the file (its create was replayed just before).
+        let provisional = dev == crate::namespace::PROV_DEV;
+        let by_inode = store.identity_kind() == tierfs_store::Identity::Inode && !provisional;
+        let found = if refused.iter().any(|r| r == path) {
+            Err(Errno(libc::EEXIST))
+        } else {
+            open_by_path(store, path)
+        }
+        .and_then(|(node, attr)| {
             if by_inode && attr.ino != ino {
                 return Err(Errno::ESTALE);
             }
@@ -440,7 +457,7 @@ fn renamed_in_dir<S: Store>(
 
 /// Resolves a backing path from the root, one component at a time (never following
 /// symlinks: the store's lookup does not).
-fn open_by_path<S: Store>(
+pub(crate) fn open_by_path<S: Store>(
     store: &St<S>,
     path: &[u8],
 ) -> tierfs_store::Result<(Node<S>, tierfs_store::Attr)> {

@@ -31,4 +31,17 @@ pub struct WbCounters {
     pub replay_lost_writes: AtomicU64,
     pub replay_ms: AtomicU64,
     pub drained_bytes: AtomicU64,
+    /// Namespace operations deferred (journaled, acknowledged before the store had them).
+    pub ns_deferred: AtomicU64,
+    /// Of them, applied to the store.
+    pub ns_applied: AtomicU64,
+    /// Groups the namespace flusher applied (each: its directories synced, one DONE).
+    pub ns_groups: AtomicU64,
+    /// Deferred operations the store refused (a name made by someone else first, a
+    /// directory removed): the object's data kept under journal/lost/.
+    pub ns_conflicts: AtomicU64,
+    /// Failures that may pass (the store gone or failing): retried.
+    pub ns_errors: AtomicU64,
+    /// Namespace records applied at replay.
+    pub ns_replayed: AtomicU64,
 }

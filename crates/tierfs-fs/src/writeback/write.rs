@@ -244,6 +244,10 @@ impl<S: Store> Writeback<S> {
 
     /// Attributes as the application sees them: size and mtime include dirty data.
     pub(crate) fn overlay_attr(&self, i: &Inode<St<S>>, attr: &mut Attr) {
+        if i.kind == tierfs_store::FileKind::Dir {
+            self.shadow_dir_attr(i.id(), attr);
+            return;
+        }
         let Some(st) = &i.file else { return };
         if !st.has_dirty.load(Acquire) {
             return;

@@ -1,0 +1,118 @@
+//! The dispatcher's part in write-back of namespace operations (`writeback::ns`,
+//! `writeback.namespace=back`): which operations are acknowledged before the store has them
+//! (create, mkdir, and attribute changes of objects made that way), what a provisional object
+//! answers without the store (open, xattrs), and the wait before every other namespace
+//! operation until the deferred ones before it are on the store, so the store always sees
+//! them in the order the application made them.
+
+use super::Fs;
+use crate::data::OpenReply;
+use crate::namespace::{is_provisional, Entry, Requester};
+use std::ffi::OsStr;
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
+
+impl<S: Store> Fs<S> {
+    /// Write-back: every namespace operation deferred so far is on the store (or refused).
+    /// Before an operation that is not deferred (rename, unlink, a create the cache cannot
+    /// vouch for), a listing, fsync.
+    pub(super) fn drain_ns(&self) -> Result<()> {
+        match self.wb() {
+            Some(wb) => wb.drain_ns(),
+            None => Ok(()),
+        }
+    }
+
+    /// A create acknowledged before the store has it, or None (do it on the store, after
+    /// [`Fs::drain_ns`]).
+    pub(super) fn create_deferred(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        req: Requester,
+    ) -> Result<Option<(Entry, OpenReply)>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        let p = self.ns.inode(parent)?;
+        let excl = flags & libc::O_EXCL != 0;
+        let Some((inode, e)) = wb.create_deferred(&p, name, FileKind::File, mode, excl, req)?
+        else {
+            return Ok(None);
+        };
+        // No backing handle: writes go to the journal, and a read that needs the store
+        // waits for the object there (`Namespace::node`).
+        let fh = self.data.add_open_file(inode, None, flags)?;
+        Ok(Some((
+            e,
+            OpenReply {
+                fh,
+                keep_cache: false,
+                attrs_stale: false,
+            },
+        )))
+    }
+
+    pub(super) fn mkdir_deferred(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        req: Requester,
+    ) -> Result<Option<Entry>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        let p = self.ns.inode(parent)?;
+        Ok(wb
+            .create_deferred(&p, name, FileKind::Dir, mode, true, req)?
+            .map(|(_, e)| e))
+    }
+
+    /// An attribute change of a provisional object, deferred (not a size change), or None.
+    /// A size change of one waits for it to be on the store.
+    pub(super) fn setattr_deferred(&self, ino: u64, set: &SetAttr) -> Result<Option<Attr>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        let i = self.ns.inode(ino)?;
+        if !is_provisional(i.id()) {
+            if i.kind == FileKind::Dir && wb.creates_queued_in(i.id()) {
+                // Names still on their way into it would move its times after this.
+                wb.drain_ns()?;
+            }
+            return Ok(None);
+        }
+        match wb.setattr_deferred(&i, set)? {
+            Some(a) => Ok(Some(self.ns.with_ino(&i, a))),
+            None => {
+                wb.drain_ns()?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// An open of a provisional file: no store request (a read that needs the store waits
+    /// for the file there). None for anything else, or an O_TRUNC open (done on the store).
+    pub(super) fn open_provisional(&self, ino: u64, flags: i32) -> Result<Option<OpenReply>> {
+        if self.wb().is_none() {
+            return Ok(None);
+        }
+        let i = self.ns.inode(ino)?;
+        if !is_provisional(i.id()) || self.ns.prov.attr(i.id()).is_none() {
+            return Ok(None);
+        }
+        if flags & libc::O_TRUNC != 0 {
+            self.drain_ns()?;
+            return Ok(None);
+        }
+        let fh = self.data.add_open_file(i, None, flags)?;
+        Ok(Some(OpenReply {
+            fh,
+            keep_cache: false,
+            attrs_stale: false,
+        }))
+    }
+
+    /// Extended attributes of a provisional object: a new object has none (the kernel asks
+    /// for `security.capability` before every write). None: ask the store.
+    pub(super) fn xattr_provisional(&self, ino: u64) -> Option<Errno> {
+        let i = self.ns.inodes.get(ino)?;
+        self.ns.prov.attr(i.id()).map(|_| Errno(libc::ENODATA))
+    }
+}

@@ -1,0 +1,220 @@
+//! Provisional objects: names created in write-back mode (`writeback.namespace=back`) that the
+//! store does not have yet. Write-back journals the create and acknowledges it; the
+//! namespace flusher makes the object on the store later, in journal order
+//! (docs/writeback.md, "Namespace write-back").
+//!
+//! Until then the object is known only here: its attributes (kept up to date by deferred
+//! setattrs), its name, and for a directory the names created in it, which are all
+//! provisional too (every operation that could bring an object of the store under a
+//! provisional directory, a rename or a link, first waits for the namespace flusher). So a
+//! lookup in a provisional directory is answered here, a miss included, with no store
+//! request: that is what makes an untar fast. The metadata cache holds only what the store
+//! said; nothing provisional goes there.
+//!
+//! An operation that needs the object on the store (a read of data not written here, a
+//! listing, a rename) waits in [`Provisional::wait`] until the namespace flusher has made it
+//! ([`Provisional::materialized`]): the inode then has the store's identity and node.
+//!
+//! Each provisional object has one `Inode` (kept here): the kernel may forget it and look it
+//! up again, and the namespace flusher must give the store's identity to the very inode the
+//! kernel and the write-back path hold.
+
+use crate::identity::Ident;
+use crate::inode::Inode;
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap;
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tierfs_store::{Attr, Errno, Result, Store};
+
+/// The device part of a provisional identity: `(PROV_DEV, seq of its CREATE record)`. Not a
+/// path identity (top bit clear) and not an inode identity (`0`): no store object has it.
+pub const PROV_DEV: u64 = 0x7FFF_FFFF_FFFF_FFFE;
+
+pub fn is_provisional(id: Ident) -> bool {
+    id.0 == PROV_DEV
+}
+
+struct Obj<T: Store> {
+    inode: Arc<Inode<T>>,
+    attr: Attr,
+    /// Where it is: the parent's identity (provisional or not) and its name.
+    parent: Ident,
+    name: OsString,
+    /// A directory's names, all provisional.
+    children: Vec<OsString>,
+}
+
+struct Inner<T: Store> {
+    objs: FxHashMap<Ident, Obj<T>>,
+    names: FxHashMap<(Ident, OsString), Ident>,
+    /// Objects the store refused to make (a conflict): whatever waits for them fails.
+    failed: FxHashMap<Ident, Errno>,
+}
+
+pub struct Provisional<T: Store> {
+    inner: Mutex<Inner<T>>,
+    changed: Condvar,
+    /// `objs.len()`, read without the lock.
+    count: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// What the table says of a name.
+pub enum ProvLookup<T: Store> {
+    /// A provisional object.
+    Found(Arc<Inode<T>>, Attr),
+    /// The parent is provisional and has no such name.
+    Absent,
+    /// Not known here: ask the metadata cache and the store.
+    NotHere,
+}
+
+impl<T: Store> Provisional<T> {
+    pub fn new() -> Provisional<T> {
+        Provisional {
+            inner: Mutex::new(Inner {
+                objs: FxHashMap::default(),
+                names: FxHashMap::default(),
+                failed: FxHashMap::default(),
+            }),
+            changed: Condvar::new(),
+            count: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count.load(Relaxed) == 0
+    }
+
+    /// Records a new provisional object `inode` with `attr`, named `name` in `parent`.
+    pub fn add(&self, inode: Arc<Inode<T>>, attr: Attr, parent: Ident, name: &OsStr) {
+        let mut g = self.inner.lock();
+        let id = inode.id();
+        if let Some(p) = g.objs.get_mut(&parent) {
+            p.children.push(name.to_owned());
+        }
+        g.names.insert((parent, name.to_owned()), id);
+        g.objs.insert(
+            id,
+            Obj {
+                inode,
+                attr,
+                parent,
+                name: name.to_owned(),
+                children: Vec::new(),
+            },
+        );
+        self.count.store(g.objs.len(), Relaxed);
+    }
+
+    pub fn lookup(&self, parent: Ident, name: &OsStr) -> ProvLookup<T> {
+        if self.is_empty() {
+            return ProvLookup::NotHere;
+        }
+        let g = self.inner.lock();
+        // Allocation-free probe would need a borrowed key type; names are short.
+        match g.names.get(&(parent, name.to_owned())) {
+            Some(id) => match g.objs.get(id) {
+                Some(o) => ProvLookup::Found(o.inode.clone(), o.attr),
+                None => ProvLookup::NotHere,
+            },
+            None if g.objs.contains_key(&parent) => ProvLookup::Absent,
+            None => ProvLookup::NotHere,
+        }
+    }
+
+    /// The attributes of provisional object `id` (None: not, or no longer, provisional).
+    pub fn attr(&self, id: Ident) -> Option<Attr> {
+        if !is_provisional(id) {
+            return None;
+        }
+        self.inner.lock().objs.get(&id).map(|o| o.attr)
+    }
+
+    /// Changes the attributes of provisional object `id` (a deferred setattr); returns them,
+    /// or None if it is no longer provisional.
+    pub fn update_attr(&self, id: Ident, f: impl FnOnce(&mut Attr)) -> Option<Attr> {
+        let mut g = self.inner.lock();
+        let o = g.objs.get_mut(&id)?;
+        f(&mut o.attr);
+        Some(o.attr)
+    }
+
+    /// Waits until `id` is on the store (the namespace flusher made it). Err: the store
+    /// refused it (a conflict), or the mount is going away.
+    pub fn wait(&self, id: Ident) -> Result<()> {
+        let mut g = self.inner.lock();
+        loop {
+            if let Some(e) = g.failed.get(&id) {
+                return Err(*e);
+            }
+            if !g.objs.contains_key(&id) {
+                return Ok(());
+            }
+            if self.stop.load(Relaxed) {
+                return Err(Errno::EIO);
+            }
+            self.changed.wait_for(&mut g, Duration::from_millis(100));
+        }
+    }
+
+    /// The error the store gave for `id`, if it refused to make it.
+    pub fn failure(&self, id: Ident) -> Option<Errno> {
+        if !is_provisional(id) {
+            return None;
+        }
+        self.inner.lock().failed.get(&id).copied()
+    }
+
+    /// `old` is on the store now, as `new` (its inode already rekeyed): its names are looked
+    /// up in the metadata cache and the store from now on, and its children's parent is `new`.
+    pub fn materialized(&self, old: Ident, new: Ident) {
+        let mut g = self.inner.lock();
+        if let Some(o) = g.objs.remove(&old) {
+            g.names.remove(&(o.parent, o.name.clone()));
+            for c in o.children {
+                if let Some(cid) = g.names.remove(&(old, c.clone())) {
+                    if let Some(co) = g.objs.get_mut(&cid) {
+                        co.parent = new;
+                    }
+                    g.names.insert((new, c), cid);
+                }
+            }
+        }
+        self.count.store(g.objs.len(), Relaxed);
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The store refused to make `old` (errno `e`): it and its name are gone from the
+    /// namespace; whatever waits for it fails with `e`.
+    pub fn refused(&self, old: Ident, e: Errno) {
+        let mut g = self.inner.lock();
+        if let Some(o) = g.objs.remove(&old) {
+            g.names.remove(&(o.parent, o.name.clone()));
+            if let Some(p) = g.objs.get_mut(&o.parent) {
+                p.children.retain(|c| *c != o.name);
+            }
+        }
+        g.failed.insert(old, e);
+        self.count.store(g.objs.len(), Relaxed);
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The mount is going away: waiters give up.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Relaxed);
+        self.changed.notify_all();
+    }
+}
+
+impl<T: Store> Default for Provisional<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,483 @@
+//! Write-back of namespace operations (`writeback.namespace=back`, docs/writeback.md,
+//! "Namespace write-back"): a create, mkdir or setattr of a new object is checked locally,
+//! appended to the journal as an NS record, made a provisional object
+//! (`namespace::provisional`) and acknowledged. One namespace flusher applies the records
+//! to the store in journal order, a group at a time: each directory that got names in a
+//! group is synced once, then one DONE covers the group. Only then are the objects it made
+//! published (their inodes take the store's identity and node), so a file's data is never
+//! marked done in the journal before the record that created it.
+//!
+//! Why journal order is enough: the application made the operations in that order, so a
+//! directory comes before what is in it, and an operation that is not deferred (rename,
+//! unlink, a create where the cache cannot tell the name is free) waits for the flusher
+//! first (`drain`).
+
+use super::Writeback;
+use crate::identity::Ident;
+use crate::inode::Inode;
+use crate::meta::ident;
+use crate::namespace::{is_provisional, Entry};
+use crate::shared::{Node, St};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tierfs_cache::journal::NS_KEY;
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store, TimeSpec};
+
+/// Most records one group applies before its directories are synced and a DONE recorded.
+const GROUP_MAX: usize = 1024;
+
+/// A deferred create's object: its inode and the entry the kernel is given.
+pub(crate) type NewObject<S> = (Arc<Inode<St<S>>>, Entry);
+
+/// One deferred operation, in journal order.
+pub(crate) enum Job<S: Store> {
+    Create {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        name: OsString,
+        kind: FileKind,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        at: Instant,
+    },
+    SetAttr {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        set: SetAttr,
+        at: Instant,
+    },
+}
+
+impl<S: Store> Job<S> {
+    pub(super) fn seq(&self) -> u64 {
+        match self {
+            Job::Create { seq, .. } | Job::SetAttr { seq, .. } => *seq,
+        }
+    }
+    pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
+        match self {
+            Job::Create { inode, .. } | Job::SetAttr { inode, .. } => inode,
+        }
+    }
+    pub(super) fn at(&self) -> Instant {
+        match self {
+            Job::Create { at, .. } | Job::SetAttr { at, .. } => *at,
+        }
+    }
+}
+
+/// The queue between the operations and the namespace flusher.
+pub(crate) struct NsQueue<S: Store> {
+    pub(super) q: Mutex<VecDeque<Job<S>>>,
+    /// Wakes the flusher (paired with `q`).
+    pub(super) wake: Condvar,
+    /// The last NS record appended, and the last one applied (its DONE recorded).
+    pub(super) appended: AtomicU64,
+    pub(super) applied: Mutex<u64>,
+    pub(super) applied_cv: Condvar,
+    /// Taken by the flusher and not yet applied: counted as pending, with the oldest's age.
+    pub(super) in_flight: Mutex<(usize, Option<Instant>)>,
+    /// Per directory, the creates in it deferred and not yet applied, and the directory's
+    /// attributes as the application sees them meanwhile (one more link per directory made
+    /// in it, its times moved): shown instead of what the store or the metadata cache says
+    /// (`shadow_dir_attr`), which does not have them yet.
+    pub(super) dirs: Mutex<rustc_hash::FxHashMap<Ident, (usize, Attr)>>,
+    /// Group times, ms, the last 256 (for the median and p99 in stats).
+    pub(super) group_ms: Mutex<VecDeque<u64>>,
+}
+
+impl<S: Store> NsQueue<S> {
+    pub(crate) fn new() -> NsQueue<S> {
+        NsQueue {
+            q: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            appended: AtomicU64::new(0),
+            applied: Mutex::new(0),
+            applied_cv: Condvar::new(),
+            in_flight: Mutex::new((0, None)),
+            dirs: Mutex::new(Default::default()),
+            group_ms: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+/// What the namespace flusher made on the store and has not published yet.
+struct Made<S: Store> {
+    inode: Arc<Inode<St<S>>>,
+    parent: Arc<Inode<St<S>>>,
+    name: OsString,
+    node: Node<S>,
+    attr: Attr,
+    /// The node of its directory, synced before the group's DONE.
+    dir: Node<S>,
+}
+
+/// How an operation failed.
+enum Failed {
+    /// The store may do it later (it is gone, full, failing): the group stops, the rest waits.
+    Retry(Errno),
+}
+
+/// Errors after which the store may well succeed later: the operation is retried.
+fn transient(e: Errno) -> bool {
+    [
+        libc::EIO,
+        libc::ENOTCONN,
+        libc::ETIMEDOUT,
+        libc::EAGAIN,
+        libc::EINTR,
+        libc::ENOSPC,
+        libc::EDQUOT,
+        libc::ENOMEM,
+        libc::EBUSY,
+        libc::ESHUTDOWN,
+    ]
+    .contains(&e.0)
+}
+
+pub(super) fn now_spec() -> TimeSpec {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    TimeSpec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    }
+}
+
+impl<S: Store> Writeback<S> {
+    pub(crate) fn spawn_ns_flusher(self: &Arc<Self>) -> std::io::Result<()> {
+        let w = Arc::downgrade(self);
+        let h = std::thread::Builder::new()
+            .name("tierfs-nsflush".into())
+            .spawn(move || Self::ns_flusher_loop(w))?;
+        self.threads.lock().push(h);
+        Ok(())
+    }
+
+    /// The namespace flusher: takes what is queued (up to [`GROUP_MAX`]), applies it in
+    /// order, syncs each directory it touched once, records one DONE, publishes.
+    fn ns_flusher_loop(wb: Weak<Writeback<S>>) {
+        let mut made: Vec<(Ident, Made<S>)> = Vec::new();
+        let mut backoff = Duration::ZERO;
+        loop {
+            let Some(wb) = wb.upgrade() else { return };
+            let batch: Vec<Job<S>> = {
+                let mut q = wb.nsq.q.lock();
+                if q.is_empty() {
+                    if wb.stop.load(Acquire) {
+                        return;
+                    }
+                    wb.nsq.wake.wait_for(&mut q, Duration::from_millis(200));
+                    continue;
+                }
+                let n = q.len().min(GROUP_MAX);
+                let b: Vec<Job<S>> = q.drain(..n).collect();
+                *wb.nsq.in_flight.lock() = (b.len(), b.first().map(|j| j.at()));
+                b
+            };
+            let t = Instant::now();
+            let (done_upto, rest) = wb.apply_group(batch, &mut made);
+            if !rest.is_empty() {
+                // Put back in front, in order: nothing after a failed operation goes first.
+                let mut q = wb.nsq.q.lock();
+                for j in rest.into_iter().rev() {
+                    q.push_front(j);
+                }
+            }
+            *wb.nsq.in_flight.lock() = (0, None);
+            if let Some(upto) = done_upto {
+                if let Err(e) = wb.journal.done(NS_KEY.0, NS_KEY.1, upto) {
+                    tracing::error!("write-back journal: {e}");
+                }
+                wb.publish(&mut made);
+                *wb.nsq.applied.lock() = upto;
+                wb.nsq.applied_cv.notify_all();
+                wb.c.ns_groups.fetch_add(1, Relaxed);
+                let mut g = wb.nsq.group_ms.lock();
+                if g.len() == 256 {
+                    g.pop_front();
+                }
+                g.push_back(t.elapsed().as_millis() as u64);
+                backoff = Duration::ZERO;
+            } else {
+                // Nothing could be applied: the store is gone or failing. Wait, then retry.
+                backoff = (backoff * 2).clamp(Duration::from_millis(100), wb.cfg.retry_max);
+                let stop = wb.stop.load(Acquire);
+                drop(wb);
+                if stop {
+                    return;
+                }
+                std::thread::sleep(backoff);
+            }
+        }
+    }
+
+    /// Applies `batch` in order until an operation fails for a reason that may pass; syncs
+    /// the directories that got names. Returns the last seq applied and durable (None if
+    /// none) and the operations to try again: from the failed one on, or all of them if a
+    /// directory sync failed (applied again, they find their objects made, see `apply`).
+    fn apply_group(
+        &self,
+        batch: Vec<Job<S>>,
+        made: &mut Vec<(Ident, Made<S>)>,
+    ) -> (Option<u64>, Vec<Job<S>>) {
+        let mut dirs: Vec<(Ident, Node<S>)> = Vec::new();
+        let mut upto = None;
+        let mut failed_at = batch.len();
+        for (k, job) in batch.iter().enumerate() {
+            match self.apply(job, made, &mut dirs) {
+                Ok(()) => upto = Some(job.seq()),
+                Err(Failed::Retry(e)) => {
+                    tracing::warn!(
+                        "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
+                    );
+                    self.c.ns_errors.fetch_add(1, Relaxed);
+                    failed_at = k;
+                    break;
+                }
+            }
+        }
+        // A name is as durable as the directory that holds it.
+        for (_, d) in &dirs {
+            if let Err(e) = self.sh.store.fsyncdir(d, false) {
+                tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
+                self.c.ns_errors.fetch_add(1, Relaxed);
+                return (None, batch);
+            }
+        }
+        {
+            let mut dc = self.nsq.dirs.lock();
+            for j in &batch[..failed_at] {
+                if let Job::Create { parent, .. } = j {
+                    let pid = parent.id();
+                    let Some((n, a)) = dc.get_mut(&pid) else {
+                        continue;
+                    };
+                    *n -= 1;
+                    if *n == 0 {
+                        let a = *a;
+                        dc.remove(&pid);
+                        if !is_provisional(pid) {
+                            // Newer than anything the store was asked before its names
+                            // landed: such an answer, arriving late, does not replace it.
+                            self.ns.meta.put_attr(&a, Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+        (upto, batch.into_iter().skip(failed_at).collect())
+    }
+
+    fn parent_node(
+        &self,
+        parent: &Arc<Inode<St<S>>>,
+        made: &[(Ident, Made<S>)],
+    ) -> Result<Node<S>> {
+        let pid = parent.id();
+        if let Some((_, m)) = made.iter().rev().find(|(id, _)| *id == pid) {
+            return Ok(m.node.clone());
+        }
+        self.ns.node(parent)
+    }
+
+    fn apply(
+        &self,
+        job: &Job<S>,
+        made: &mut Vec<(Ident, Made<S>)>,
+        dirs: &mut Vec<(Ident, Node<S>)>,
+    ) -> std::result::Result<(), Failed> {
+        match job {
+            Job::Create {
+                inode,
+                parent,
+                name,
+                kind,
+                mode,
+                owner,
+                ..
+            } => {
+                let prov = inode.id();
+                // Made (or refused) by an earlier try of this group, whose directory sync
+                // failed: its directory is synced again.
+                if let Some((_, m)) = made.iter().find(|(id, _)| *id == prov) {
+                    let pid = m.parent.id();
+                    if !dirs.iter().any(|(id, _)| *id == pid) {
+                        dirs.push((pid, m.dir.clone()));
+                    }
+                    return Ok(());
+                }
+                if self.ns.prov.failure(prov).is_some() {
+                    return Ok(());
+                }
+                let pnode = match self.parent_node(parent, made) {
+                    Ok(n) => n,
+                    Err(e) if transient(e) => return Err(Failed::Retry(e)),
+                    Err(e) => {
+                        self.refuse(prov, name, e);
+                        return Ok(());
+                    }
+                };
+                let r = match kind {
+                    FileKind::Dir => self.sh.store.mkdir(&pnode, name, *mode, *owner),
+                    _ => self
+                        .sh
+                        .store
+                        .create(
+                            &pnode,
+                            name,
+                            *mode,
+                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                            *owner,
+                        )
+                        .map(|(node, attr, h)| {
+                            // The data flusher writes with the create's handle: one open
+                            // less, and one that works after a chmod to read-only.
+                            if let Some(st) = &inode.file {
+                                if st.has_dirty.load(Acquire) {
+                                    self.held.lock().insert(st.journal_key, h);
+                                }
+                            }
+                            (node, attr)
+                        }),
+                };
+                match r {
+                    Ok((node, attr)) => {
+                        let pid = parent.id();
+                        if !dirs.iter().any(|(id, _)| *id == pid) {
+                            dirs.push((pid, pnode.clone()));
+                        }
+                        made.push((
+                            prov,
+                            Made {
+                                inode: inode.clone(),
+                                parent: parent.clone(),
+                                name: name.clone(),
+                                node,
+                                attr,
+                                dir: pnode,
+                            },
+                        ));
+                        self.c.ns_applied.fetch_add(1, Relaxed);
+                        Ok(())
+                    }
+                    Err(e) if transient(e) => Err(Failed::Retry(e)),
+                    Err(e) => {
+                        self.refuse(prov, name, e);
+                        Ok(())
+                    }
+                }
+            }
+            Job::SetAttr { inode, set, .. } => {
+                let id = inode.id();
+                let pending = made.iter_mut().rev().find(|(p, _)| *p == id);
+                let r = match pending {
+                    Some((_, m)) => self
+                        .sh
+                        .store
+                        .setattr(&m.node, None, set)
+                        .map(|a| m.attr = a),
+                    None => match self.ns.node(inode) {
+                        Ok(node) => self.sh.store.setattr(&node, None, set).map(|a| {
+                            self.ns.meta.put_attr(&a, Instant::now());
+                            if let Some(st) = &inode.file {
+                                let _w = st.rw.write();
+                                st.set_after_own_write(st.version().gen, &a);
+                            }
+                        }),
+                        Err(e) => Err(e),
+                    },
+                };
+                match r {
+                    Ok(()) => {
+                        self.c.ns_applied.fetch_add(1, Relaxed);
+                        Ok(())
+                    }
+                    Err(e) if transient(e) => Err(Failed::Retry(e)),
+                    Err(e) => {
+                        // The object is gone (refused, or removed behind our back): nothing
+                        // to set.
+                        tracing::warn!(
+                            "write-back: a deferred setattr of {:?} was not applied: {e}",
+                            inode.ino
+                        );
+                        self.c.ns_conflicts.fetch_add(1, Relaxed);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    /// The store refused to make provisional object `prov` (someone made the name first,
+    /// or its directory went away): never put over theirs. Its data goes to the lost
+    /// directory when the data flusher comes to it (`flush_refused`).
+    fn refuse(&self, prov: Ident, name: &OsStr, e: Errno) {
+        tracing::error!(
+            "write-back: {:?} could not be created on the store ({e}); its data, if any, is kept under {}/lost/",
+            name,
+            self.dir.display()
+        );
+        self.c.ns_conflicts.fetch_add(1, Relaxed);
+        self.ns.prov.refused(prov, e);
+    }
+
+    /// Publishes what the flusher made, in journal order: an object takes the store's
+    /// identity and node once nothing of it is queued any more, neither an operation on it (a
+    /// deferred setattr queued after it keeps it provisional, so the application goes on
+    /// seeing its own attributes) nor, for a directory, a create in it (tar sets a
+    /// directory's times once it is done with it: that setattr must reach the store after
+    /// the names made in it, or they would move the time again), and its directory is
+    /// published (a lookup in a provisional directory is answered by the provisional table,
+    /// which must hold every name in it).
+    fn publish(&self, made: &mut Vec<(Ident, Made<S>)>) {
+        let q = self.nsq.q.lock();
+        let mut queued: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
+        for j in q.iter() {
+            queued.insert(j.inode().id());
+            if let Job::Create { parent, .. } = j {
+                queued.insert(parent.id());
+            }
+        }
+        let mut kept: Vec<(Ident, Made<S>)> = Vec::new();
+        for (prov, m) in made.drain(..) {
+            let parent_waits = kept.iter().any(|(id, _)| *id == m.parent.id());
+            if queued.contains(&prov) || parent_waits {
+                kept.push((prov, m));
+                continue;
+            }
+            let real = ident(&m.attr);
+            // The file's version and node first, while its identity is still provisional: a
+            // data flusher takes the file as soon as it has the store's identity, and what
+            // its flush records must not be overwritten by the attributes of the empty file.
+            if let Some(st) = &m.inode.file {
+                let _w = st.rw.write();
+                st.set_after_own_write(st.version().gen, &m.attr);
+            }
+            self.ns.inodes.hold_node(&m.inode, m.node.clone());
+            let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
+            self.ns.inodes.rekey(&m.inode, real, &relabel);
+            let now = Instant::now();
+            if m.attr.kind == FileKind::Dir {
+                // Empty on the store but for provisional names, which are found in the
+                // provisional table until they are published here too.
+                self.ns.meta.put_listing(real, &[], now);
+            }
+            // The name joins its directory's listing; the directory's own attributes stay:
+            // what the metadata cache has of them was put when its last deferred create was
+            // applied (see `apply_group`), newer than any answer of the store from before,
+            // which forgetting them here would let in.
+            self.ns.meta.learn_name(m.parent.id(), &m.name, &m.attr);
+            self.ns.meta.put_attr(&m.attr, now);
+            self.ns.prov.materialized(prov, real);
+        }
+        drop(q);
+        *made = kept;
+    }
+}

@@ -1,0 +1,278 @@
+//! The entry points of write-back of namespace operations (see `ns`): a create, mkdir or
+//! setattr made provisional and journaled, and the waits for the namespace flusher (before an
+//! operation that is not deferred, an fsync, unmount).
+
+use super::ns::{now_spec, Job, NewObject};
+use super::ns_record::NsOp;
+use super::Writeback;
+use crate::identity::Ident;
+use crate::inode::Inode;
+use crate::meta::NameLookup;
+use crate::namespace::{is_provisional, ProvLookup, Requester};
+use crate::shared::St;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{Ordering::Acquire, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tierfs_cache::journal::Record;
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
+
+impl<S: Store> Writeback<S> {
+    /// Whether namespace operations are deferred: `writeback.namespace=back`, on a store
+    /// that is not an object store (an S3 object is made by its upload, at close).
+    pub(crate) fn defers_namespace(&self) -> bool {
+        self.cfg.namespace_back && !self.sh.store.publishes_at_sync()
+    }
+
+    /// A create (`kind` File) or mkdir (`kind` Dir) made provisional, or None: it cannot be
+    /// deferred (the cache cannot tell that the name is free, or the journal refused the
+    /// record) and must be done on the store, after [`Writeback::drain_ns`].
+    /// Err(EEXIST): the name is a provisional object already and `excl` was asked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_deferred(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        kind: FileKind,
+        mode: u32,
+        excl: bool,
+        req: Requester,
+    ) -> Result<Option<NewObject<S>>> {
+        if !self.defers_namespace() || p.kind != FileKind::Dir {
+            return Ok(None);
+        }
+        if name.len() > libc::NAME_MAX as usize {
+            return Err(Errno(libc::ENAMETOOLONG));
+        }
+        match self.ns.prov.lookup(p.id(), name) {
+            ProvLookup::Found(..) if excl || kind == FileKind::Dir => {
+                return Err(Errno(libc::EEXIST))
+            }
+            // An existing provisional file opened by a create without O_EXCL: done on the
+            // store once it is there.
+            ProvLookup::Found(..) => return Ok(None),
+            ProvLookup::Absent => {}
+            ProvLookup::NotHere => {
+                // A directory of the store: only a fresh listing without the name says it is
+                // free (the kernel's lookup just before asked the store, with `meta.cto`).
+                if is_provisional(p.id())
+                    || !matches!(self.ns.meta.lookup(p.id(), name), NameLookup::Absent)
+                {
+                    return Ok(None);
+                }
+            }
+        }
+        let Some(parent_path) = self.backing_path(p) else {
+            return Ok(None);
+        };
+        // What the store will make of owner and mode: a directory with the setgid bit gives
+        // its group to what is made in it, and the bit to a directory made in it.
+        let shadow = self.nsq.dirs.lock().get(&p.id()).map(|(_, a)| *a);
+        let pattr = match (self.ns.prov.attr(p.id()), shadow) {
+            (Some(a), _) | (None, Some(a)) => a,
+            (None, None) => self.ns.store_attr(p)?,
+        };
+        let mut owner_new = self.ns.new_owner(req);
+        let mut mode = mode;
+        if pattr.perm as u32 & libc::S_ISGID != 0 {
+            owner_new.1 = pattr.gid;
+            if kind == FileKind::Dir {
+                mode |= libc::S_ISGID;
+            }
+        }
+        let owner = self.ns.owner(req);
+        let op = NsOp::Create {
+            parent: parent_path,
+            name: name.as_bytes().to_vec(),
+            kind,
+            mode,
+            owner,
+        };
+        let payload = op.encode();
+        // Appended and queued under one lock: the queue is in seq order, so a DONE up to a
+        // seq never covers a record not yet queued.
+        let mut q = self.nsq.q.lock();
+        let seq = match self.journal.append(Record::Ns { payload: &payload }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(
+                    "write-back: namespace record not journaled ({e}): done on the store"
+                );
+                return Ok(None);
+            }
+        };
+        let (inode, entry) = self
+            .ns
+            .add_provisional(p, name, kind, mode, owner_new, seq)?;
+        // The directory as the application now sees it: one more link for a directory made
+        // in it, its times moved.
+        let now = now_spec();
+        let bump = |a: &mut Attr| {
+            if kind == FileKind::Dir {
+                a.nlink += 1;
+            }
+            a.mtime = now;
+            a.ctime = now;
+        };
+        {
+            let mut dirs = self.nsq.dirs.lock();
+            let e = dirs.entry(p.id()).or_insert((0, pattr));
+            e.0 += 1;
+            bump(&mut e.1);
+        }
+        self.ns.prov.update_attr(p.id(), bump);
+        q.push_back(Job::Create {
+            seq,
+            inode: inode.clone(),
+            parent: p.clone(),
+            name: name.to_owned(),
+            kind,
+            mode,
+            owner,
+            at: Instant::now(),
+        });
+        self.nsq.appended.store(seq, Relaxed);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        drop(q);
+        self.nsq.wake.notify_one();
+        Ok(Some((inode, entry)))
+    }
+
+    /// A setattr of a provisional object, deferred (its attributes as the application now
+    /// sees them), or None: not provisional, or a size change (done on the store).
+    pub(crate) fn setattr_deferred(
+        &self,
+        i: &Arc<Inode<St<S>>>,
+        set: &SetAttr,
+    ) -> Result<Option<Attr>> {
+        let id = i.id();
+        if !is_provisional(id) || set.size.is_some() {
+            return Ok(None);
+        }
+        let Some(path) = self.backing_path(i) else {
+            return Ok(None);
+        };
+        let now = now_spec();
+        let op = NsOp::setattr(path, set, now);
+        let Some(resolved) = op.set_attr() else {
+            return Ok(None);
+        };
+        let payload = op.encode();
+        // Under the queue's lock: the flusher publishes an object only when no job of it is
+        // queued, so the attributes set here are the ones the object shows until then.
+        let mut q = self.nsq.q.lock();
+        let apply = |a: &mut Attr| {
+            if let Some(m) = resolved.mode {
+                a.perm = (m & 0o7777) as u16;
+            }
+            if let Some(u) = resolved.uid {
+                a.uid = u;
+            }
+            if let Some(g) = resolved.gid {
+                a.gid = g;
+            }
+            if let Some(tierfs_store::TimeUpdate::Set(t)) = resolved.atime {
+                a.atime = t;
+            }
+            if let Some(tierfs_store::TimeUpdate::Set(t)) = resolved.mtime {
+                a.mtime = t;
+            }
+            a.ctime = now;
+        };
+        if self.ns.prov.attr(id).is_none() {
+            return Ok(None);
+        }
+        let seq = match self.journal.append(Record::Ns { payload: &payload }) {
+            Ok(s) => s,
+            Err(_) => return Ok(None),
+        };
+        let Some(attr) = self.ns.prov.update_attr(id, apply) else {
+            // Published meanwhile (not while we hold the queue's lock, so not expected); the
+            // record is applied all the same.
+            drop(q);
+            return Ok(None);
+        };
+        q.push_back(Job::SetAttr {
+            seq,
+            inode: i.clone(),
+            set: resolved,
+            at: Instant::now(),
+        });
+        self.nsq.appended.store(seq, Relaxed);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        drop(q);
+        self.nsq.wake.notify_one();
+        Ok(Some(attr))
+    }
+
+    /// Waits until every namespace operation deferred so far is on the store (or refused):
+    /// before an operation that is not deferred, an fsync, a listing, unmount.
+    pub(crate) fn drain_ns(&self) -> Result<()> {
+        let target = self.nsq.appended.load(Acquire);
+        let mut g = self.nsq.applied.lock();
+        while *g < target {
+            if self.stop.load(Acquire) {
+                return Err(Errno::EIO);
+            }
+            self.nsq.wake.notify_one();
+            self.nsq
+                .applied_cv
+                .wait_for(&mut g, Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Whether a deferred create in directory `dir` is still queued.
+    pub(crate) fn creates_queued_in(&self, dir: Ident) -> bool {
+        self.nsq.dirs.lock().contains_key(&dir)
+    }
+
+    /// A directory's link count and times as the application sees them while creates in
+    /// it are on their way to the store.
+    pub(crate) fn shadow_dir_attr(&self, dir: Ident, attr: &mut Attr) {
+        if let Some((_, a)) = self.nsq.dirs.lock().get(&dir) {
+            attr.nlink = a.nlink;
+            attr.mtime = a.mtime;
+            attr.ctime = a.ctime;
+        }
+    }
+
+    /// [`Writeback::drain_ns`] for at most `limit` (unmount with a store that does not answer).
+    pub(crate) fn drain_ns_for(&self, limit: Duration) -> bool {
+        let target = self.nsq.appended.load(Acquire);
+        let deadline = Instant::now() + limit;
+        let mut g = self.nsq.applied.lock();
+        while *g < target {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.nsq.wake.notify_one();
+            self.nsq
+                .applied_cv
+                .wait_for(&mut g, Duration::from_millis(100));
+        }
+        true
+    }
+
+    /// Deferred operations not yet applied, and the age of the oldest, ms.
+    pub(crate) fn ns_pending(&self) -> (u64, u64) {
+        let q = self.nsq.q.lock();
+        let f = *self.nsq.in_flight.lock();
+        let oldest = f.1.or_else(|| q.front().map(|j| j.at()));
+        (
+            (q.len() + f.0) as u64,
+            oldest.map(|t| t.elapsed().as_millis() as u64).unwrap_or(0),
+        )
+    }
+
+    /// Median and 99th percentile of the last 256 group times, ms.
+    pub(crate) fn ns_group_ms(&self) -> (u64, u64) {
+        let mut v: Vec<u64> = self.nsq.group_ms.lock().iter().copied().collect();
+        if v.is_empty() {
+            return (0, 0);
+        }
+        v.sort_unstable();
+        (v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)])
+    }
+}

@@ -1,0 +1,78 @@
+//! What becomes of a file whose deferred create the store refused (see `ns`).
+
+use super::Writeback;
+use crate::inode::Inode;
+use crate::shared::St;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tierfs_store::{Errno, Result, Store};
+
+impl<S: Store> Writeback<S> {
+    /// A file whose create the store refused: its dirty data is saved under `lost/` in the
+    /// journal directory (never written over the other's file, never dropped), the journal
+    /// lets go of it, and the application hears EIO at its next fsync or close.
+    pub(crate) fn flush_refused(&self, i: &Arc<Inode<St<S>>>, e: Errno) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let Some(st) = i.file.clone() else {
+            return Ok(true);
+        };
+        let (dev, ino) = st.journal_key;
+        let lost = self.dir.join("lost");
+        let io = |what: &str, err: std::io::Error| {
+            tracing::error!("write-back: {what} {}: {err}", lost.display());
+            Errno::EIO
+        };
+        tierfs_cache::private::dir_all(&lost).map_err(|er| io("create", er))?;
+        let f = lost.join(format!("{dev:x}-{ino}"));
+        let out = tierfs_cache::private::options()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(&f)
+            .map_err(|er| io("open", er))?;
+        let mut from = 0;
+        loop {
+            let run = st
+                .dirty
+                .lock()
+                .as_ref()
+                .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
+            let Some(run) = run else { break };
+            out.write_all_at(&run.pieces.concat(), run.offset)
+                .map_err(|er| io("write", er))?;
+            let mut g = st.dirty.lock();
+            if let Some(d) = g.as_mut() {
+                let n = d.flushed(&run);
+                let rel = n.min(d.reserved);
+                d.reserved -= rel;
+                self.reserve.release(rel);
+                self.c.dirty_bytes.fetch_sub(n, Relaxed);
+            }
+            from = run.offset + run.len;
+        }
+        out.sync_all().map_err(|er| io("sync", er))?;
+        let path = st
+            .dirty
+            .lock()
+            .as_ref()
+            .map(|d| String::from_utf8_lossy(&d.path).into_owned())
+            .unwrap_or_default();
+        let report = format!(
+            "file: {path}\nwhy: the store refused to create it ({e}) when write-back applied its create\nsaved: {}\n",
+            f.display()
+        );
+        std::fs::write(lost.join(format!("{dev:x}-{ino}.txt")), report)
+            .map_err(|er| io("write", er))?;
+        let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
+        if let Some(upto) = upto {
+            self.journal.done(dev, ino, upto).map_err(|er| {
+                tracing::error!("write-back journal: {er}");
+                Errno::EIO
+            })?;
+        }
+        tracing::error!("write-back: the data of {path} is saved in {}", f.display());
+        *st.pending_error.lock() = Some(Errno::EIO);
+        self.settle_clean(i);
+        Ok(true)
+    }
+}

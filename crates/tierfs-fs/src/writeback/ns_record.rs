@@ -1,0 +1,292 @@
+//! The payload of a journal NS record (journal format 2): one namespace operation, named by
+//! backing paths, so replay can apply it with nothing but the store (docs/writeback.md,
+//! "Journal format").
+//!
+//! ```text
+//! payload = version u8 (1) | op u8 | op fields
+//! CREATE  (op 1) = kind u8 (1 file, 2 directory) | mode u32 | has owner u8 | uid u32 | gid u32
+//!                  | parent path (u16 length, bytes) | name (u16 length, bytes)
+//! SETATTR (op 2) = path (u16 length, bytes) | mask u8 (1 mode, 2 uid, 4 gid, 8 atime, 16 mtime)
+//!                  | mode u32 | uid u32 | gid u32 | atime s i64 | atime ns u32 | mtime s i64
+//!                  | mtime ns u32
+//! ```
+//! Integers are little-endian; paths are relative to the backing root. Times are the ones
+//! the application asked for, resolved when it asked ("now" is recorded as that instant), so
+//! a replay sets the same ones. Decoding untrusted bytes never panics.
+
+use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
+
+const VERSION: u8 = 1;
+const OP_CREATE: u8 = 1;
+const OP_SETATTR: u8 = 2;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NsOp {
+    /// A regular file or a directory made in `parent` as `name`.
+    Create {
+        parent: Vec<u8>,
+        name: Vec<u8>,
+        kind: FileKind,
+        mode: u32,
+        /// Set on the store when the daemon runs as root.
+        owner: Option<(u32, u32)>,
+    },
+    SetAttr {
+        path: Vec<u8>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        atime: Option<TimeSpec>,
+        mtime: Option<TimeSpec>,
+    },
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_time(out: &mut Vec<u8>, t: Option<TimeSpec>) {
+    let t = t.unwrap_or_default();
+    out.extend_from_slice(&t.sec.to_le_bytes());
+    out.extend_from_slice(&t.nsec.to_le_bytes());
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+        let s = self
+            .b
+            .get(self.at..self.at + n)
+            .ok_or("namespace record too short")?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, &'static str> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, &'static str> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn i64(&mut self) -> Result<i64, &'static str> {
+        Ok(i64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, &'static str> {
+        let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default()) as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn time(&mut self) -> Result<TimeSpec, &'static str> {
+        let sec = self.i64()?;
+        let nsec = self.u32()?;
+        if nsec >= 1_000_000_000 {
+            return Err("namespace record: nanoseconds out of range");
+        }
+        Ok(TimeSpec { sec, nsec })
+    }
+}
+
+impl NsOp {
+    /// A SETATTR of `set` (no size: truncates are not deferred), its "now" times resolved to
+    /// `now`.
+    pub(crate) fn setattr(path: Vec<u8>, set: &SetAttr, now: TimeSpec) -> NsOp {
+        let t = |u: &Option<TimeUpdate>| match u {
+            Some(TimeUpdate::Set(t)) => Some(*t),
+            Some(TimeUpdate::Now) => Some(now),
+            None => None,
+        };
+        NsOp::SetAttr {
+            path,
+            mode: set.mode,
+            uid: set.uid,
+            gid: set.gid,
+            atime: t(&set.atime),
+            mtime: t(&set.mtime),
+        }
+    }
+
+    /// The store setattr it makes (times as recorded).
+    pub(crate) fn set_attr(&self) -> Option<SetAttr> {
+        match self {
+            NsOp::SetAttr {
+                mode,
+                uid,
+                gid,
+                atime,
+                mtime,
+                ..
+            } => Some(SetAttr {
+                mode: *mode,
+                uid: *uid,
+                gid: *gid,
+                size: None,
+                atime: atime.map(TimeUpdate::Set),
+                mtime: mtime.map(TimeUpdate::Set),
+            }),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        match self {
+            NsOp::Create {
+                parent,
+                name,
+                kind,
+                mode,
+                owner,
+            } => {
+                out.push(OP_CREATE);
+                out.push(if *kind == FileKind::Dir { 2 } else { 1 });
+                out.extend_from_slice(&mode.to_le_bytes());
+                out.push(owner.is_some() as u8);
+                let (u, g) = owner.unwrap_or((0, 0));
+                out.extend_from_slice(&u.to_le_bytes());
+                out.extend_from_slice(&g.to_le_bytes());
+                put_bytes(&mut out, parent);
+                put_bytes(&mut out, name);
+            }
+            NsOp::SetAttr {
+                path,
+                mode,
+                uid,
+                gid,
+                atime,
+                mtime,
+            } => {
+                out.push(OP_SETATTR);
+                put_bytes(&mut out, path);
+                let mask = mode.is_some() as u8
+                    | (uid.is_some() as u8) << 1
+                    | (gid.is_some() as u8) << 2
+                    | (atime.is_some() as u8) << 3
+                    | (mtime.is_some() as u8) << 4;
+                out.push(mask);
+                out.extend_from_slice(&mode.unwrap_or(0).to_le_bytes());
+                out.extend_from_slice(&uid.unwrap_or(0).to_le_bytes());
+                out.extend_from_slice(&gid.unwrap_or(0).to_le_bytes());
+                put_time(&mut out, *atime);
+                put_time(&mut out, *mtime);
+            }
+        }
+        out
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<NsOp, &'static str> {
+        let mut r = Reader { b, at: 0 };
+        if r.u8()? != VERSION {
+            return Err("namespace record of an unknown version");
+        }
+        let op = match r.u8()? {
+            OP_CREATE => {
+                let kind = match r.u8()? {
+                    1 => FileKind::File,
+                    2 => FileKind::Dir,
+                    _ => return Err("namespace record: unknown kind"),
+                };
+                let mode = r.u32()?;
+                let has_owner = r.u8()? != 0;
+                let (u, g) = (r.u32()?, r.u32()?);
+                let parent = r.bytes()?;
+                let name = r.bytes()?;
+                if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+                    return Err("namespace record: not a name");
+                }
+                NsOp::Create {
+                    parent,
+                    name,
+                    kind,
+                    mode,
+                    owner: has_owner.then_some((u, g)),
+                }
+            }
+            OP_SETATTR => {
+                let path = r.bytes()?;
+                let mask = r.u8()?;
+                let (mode, uid, gid) = (r.u32()?, r.u32()?, r.u32()?);
+                let (atime, mtime) = (r.time()?, r.time()?);
+                let on = |bit: u8| mask & (1 << bit) != 0;
+                NsOp::SetAttr {
+                    path,
+                    mode: on(0).then_some(mode),
+                    uid: on(1).then_some(uid),
+                    gid: on(2).then_some(gid),
+                    atime: on(3).then_some(atime),
+                    mtime: on(4).then_some(mtime),
+                }
+            }
+            _ => return Err("namespace record: unknown operation"),
+        };
+        if r.at != b.len() {
+            return Err("namespace record: bytes after its end");
+        }
+        Ok(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_garbage() {
+        let ops = [
+            NsOp::Create {
+                parent: b"a/b".to_vec(),
+                name: b"c.txt".to_vec(),
+                kind: FileKind::File,
+                mode: 0o644,
+                owner: Some((1000, 100)),
+            },
+            NsOp::Create {
+                parent: Vec::new(),
+                name: b"d".to_vec(),
+                kind: FileKind::Dir,
+                mode: 0o755,
+                owner: None,
+            },
+            NsOp::SetAttr {
+                path: b"a/b/c.txt".to_vec(),
+                mode: Some(0o600),
+                uid: None,
+                gid: Some(5),
+                atime: None,
+                mtime: Some(TimeSpec {
+                    sec: -5,
+                    nsec: 999_999_999,
+                }),
+            },
+        ];
+        for op in &ops {
+            let b = op.encode();
+            assert_eq!(&NsOp::decode(&b).unwrap(), op);
+            // Every cut is refused, never a panic.
+            for n in 0..b.len() {
+                assert!(NsOp::decode(&b[..n]).is_err(), "cut at {n}");
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert!(NsOp::decode(&longer).is_err());
+        }
+        let bad_name = NsOp::Create {
+            parent: Vec::new(),
+            name: b"x/y".to_vec(),
+            kind: FileKind::File,
+            mode: 0,
+            owner: None,
+        };
+        assert!(NsOp::decode(&bad_name.encode()).is_err());
+        for n in 0..64u8 {
+            let b: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ n).collect();
+            let _ = NsOp::decode(&b);
+        }
+    }
+}
