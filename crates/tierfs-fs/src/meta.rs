@@ -40,6 +40,10 @@ pub struct Listing {
     /// in that order.
     order: Vec<OsString>,
     pub validated: Instant,
+    /// Brought back from the SSD tier: its names are the directory's as of a version the
+    /// store still has, but not to be answered from before one listing has revalidated it
+    /// (see [`MetaCache::put_listing_restored`]).
+    restored: bool,
     /// Names this listing as it stands: a new one whenever a name comes or goes.
     version: u64,
     /// The version the kernel was last given at an opendir (it caches directory contents,
@@ -204,7 +208,7 @@ impl MetaCache {
 
     pub fn lookup(&self, dir: Ident, name: &OsStr) -> NameLookup {
         match self.dirs.get(&dir) {
-            Some(l) if self.fresh(l.validated) => match l.names.get(name) {
+            Some(l) if !l.restored && self.fresh(l.validated) => match l.names.get(name) {
                 Some(c) => NameLookup::Found(*c),
                 None => NameLookup::Absent,
             },
@@ -275,8 +279,43 @@ impl MetaCache {
                 names,
                 order,
                 validated: at,
+                restored: false,
                 version,
                 opened,
+            },
+        );
+    }
+
+    /// A listing of `dir` brought back from the SSD tier (after a restart, or after the RAM
+    /// copy was dropped). Its names are kept but do not answer lookups, and its attributes
+    /// are not taken: the SSD copy is keyed by the directory's version, which changes with
+    /// its names but not with what happens to the files in it, and our own later changes to
+    /// them (a chmod, a write) were made in RAM only. A lookup of a name it holds relists the
+    /// directory once (which revalidates every entry), instead of asking for each name; a
+    /// readdir, which needs only the names, is answered from it.
+    pub fn put_listing_restored(&self, dir: Ident, entries: &[(OsString, Attr)]) {
+        if !self.enabled() {
+            return;
+        }
+        let mut names = rustc_hash::FxHashMap::default();
+        for (name, a) in entries {
+            names.insert(
+                name.clone(),
+                Child {
+                    id: ident(a),
+                    kind: a.kind,
+                },
+            );
+        }
+        self.dirs.insert(
+            dir,
+            Listing {
+                names,
+                order: entries.iter().map(|(n, _)| n.clone()).collect(),
+                validated: Instant::now(),
+                version: next_version(),
+                opened: None,
+                restored: true,
             },
         );
     }

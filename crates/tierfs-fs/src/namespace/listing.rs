@@ -145,11 +145,11 @@ impl<S: Store> Namespace<S> {
         let Some(rec) = rec else {
             return false;
         };
-        let Some((entries, validated)) = crate::meta_codec::decode_listing(&rec) else {
+        let Some((entries, _validated)) = crate::meta_codec::decode_listing(&rec) else {
             return false;
         };
         FsStats::add(&self.sh.stats.meta_ssd_hits, 1);
-        self.meta.put_listing(d.id(), &entries, validated);
+        self.meta.put_listing_restored(d.id(), &entries);
         true
     }
 

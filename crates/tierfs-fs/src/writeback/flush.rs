@@ -446,7 +446,15 @@ impl<S: Store> Writeback<S> {
                 .cloned()
         };
         match i {
-            Some(i) => self.flush_file_now(&i),
+            Some(i) => {
+                self.flush_file_now(&i)?;
+                // The flush's DONE durable before the name changes: a replay of the file's
+                // records would look for it under the name they carry.
+                self.journal.sync_all().map_err(|e| {
+                    tracing::error!("write-back journal: {e}");
+                    Errno::EIO
+                })
+            }
             None => Ok(()),
         }
     }

@@ -16,6 +16,7 @@ mod config;
 mod flush;
 mod ns;
 mod ns_defer;
+mod ns_fold;
 mod ns_lost;
 mod ns_record;
 mod ns_replay;

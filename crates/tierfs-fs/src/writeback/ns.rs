@@ -12,6 +12,7 @@
 //! unlink, a create where the cache cannot tell the name is free) waits for the flusher
 //! first (`drain`).
 
+use super::ns_fold::{FoldIn, FoldOut};
 use super::Writeback;
 use crate::identity::Ident;
 use crate::inode::Inode;
@@ -43,6 +44,8 @@ pub(crate) enum Job<S: Store> {
         kind: FileKind,
         mode: u32,
         owner: Option<(u32, u32)>,
+        /// The owner the object gets (as its provisional attributes say).
+        new_owner: (u32, u32),
         at: Instant,
     },
     SetAttr {
@@ -192,7 +195,16 @@ impl<S: Store> Writeback<S> {
             }
             *wb.nsq.in_flight.lock() = (0, None);
             if let Some(upto) = done_upto {
-                if let Err(e) = wb.journal.done(NS_KEY.0, NS_KEY.1, upto) {
+                // Durable before anything goes on from it: once an object is published its
+                // data may be flushed, and once a drain returns an operation not journaled
+                // may change what the group made. A replay of the group's records after
+                // either would take the changed objects for someone else's (a create finding
+                // a file with data) or roll them back (a setattr).
+                let durable = wb
+                    .journal
+                    .done(NS_KEY.0, NS_KEY.1, upto)
+                    .and_then(|d| wb.journal.sync(d));
+                if let Err(e) = durable {
                     tracing::error!("write-back journal: {e}");
                 }
                 wb.publish(&mut made);
@@ -230,8 +242,35 @@ impl<S: Store> Writeback<S> {
         let mut dirs: Vec<(Ident, Node<S>)> = Vec::new();
         let mut upto = None;
         let mut failed_at = batch.len();
-        for (k, job) in batch.iter().enumerate() {
-            match self.apply(job, made, &mut dirs) {
+        let plan = super::ns_fold::fold(
+            &batch
+                .iter()
+                .map(|j| match j {
+                    Job::Create {
+                        inode,
+                        kind,
+                        mode,
+                        new_owner,
+                        ..
+                    } => FoldIn::Create {
+                        id: inode.id(),
+                        kind: *kind,
+                        mode: *mode,
+                        owner: *new_owner,
+                    },
+                    Job::SetAttr { inode, set, .. } => FoldIn::SetAttr {
+                        id: inode.id(),
+                        set: *set,
+                        dirty: inode
+                            .file
+                            .as_ref()
+                            .is_some_and(|st| st.has_dirty.load(Acquire)),
+                    },
+                })
+                .collect::<Vec<_>>(),
+        );
+        for (k, (job, how)) in batch.iter().zip(&plan).enumerate() {
+            match self.apply(job, how, made, &mut dirs) {
                 Ok(()) => upto = Some(job.seq()),
                 Err(Failed::Retry(e)) => {
                     tracing::warn!(
@@ -290,6 +329,7 @@ impl<S: Store> Writeback<S> {
     fn apply(
         &self,
         job: &Job<S>,
+        how: &FoldOut,
         made: &mut Vec<(Ident, Made<S>)>,
         dirs: &mut Vec<(Ident, Node<S>)>,
     ) -> std::result::Result<(), Failed> {
@@ -299,10 +339,13 @@ impl<S: Store> Writeback<S> {
                 parent,
                 name,
                 kind,
-                mode,
                 owner,
                 ..
             } => {
+                // With the setattrs after it folded in (`ns_fold`).
+                let FoldOut::Create { mode } = how else {
+                    unreachable!("a create's plan is a create")
+                };
                 let prov = inode.id();
                 // Made (or refused) by an earlier try of this group, whose directory sync
                 // failed: its directory is synced again.
@@ -347,6 +390,12 @@ impl<S: Store> Writeback<S> {
                             (node, attr)
                         }),
                 };
+                tracing::debug!(
+                    "namespace flusher: create {name:?} (seq {}) in inode {}: {:?}",
+                    job.seq(),
+                    parent.ino,
+                    r.as_ref().map(|(_, a)| (a.dev, a.ino)).map_err(|e| *e)
+                );
                 match r {
                     Ok((node, attr)) => {
                         let pid = parent.id();
@@ -374,7 +423,15 @@ impl<S: Store> Writeback<S> {
                     }
                 }
             }
-            Job::SetAttr { inode, set, .. } => {
+            Job::SetAttr { inode, .. } => {
+                let FoldOut::SetAttr(rest) = how else {
+                    unreachable!("a setattr's plan is a setattr")
+                };
+                let Some(set) = rest else {
+                    // Folded into its create, or done by the data flush (`ns_fold`).
+                    self.c.ns_applied.fetch_add(1, Relaxed);
+                    return Ok(());
+                };
                 let id = inode.id();
                 let pending = made.iter_mut().rev().find(|(p, _)| *p == id);
                 let r = match pending {

@@ -130,6 +130,7 @@ impl<S: Store> Writeback<S> {
             kind,
             mode,
             owner,
+            new_owner: owner_new,
             at: Instant::now(),
         });
         self.nsq.appended.store(seq, Relaxed);

@@ -69,6 +69,7 @@ pub(crate) fn replay_ns<S: Store>(
                 continue;
             }
         };
+        tracing::debug!("write-back replay: namespace record {}: {op:?}", p.seq);
         match &op {
             NsOp::Create {
                 parent,

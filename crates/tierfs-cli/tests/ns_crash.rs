@@ -1,0 +1,542 @@
+//! Issue 15, point 2: write-back of namespace operations survives `kill -9`.
+//!
+//! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
+//! write-back on, the default): a writer thread works through the mount like an untar with
+//! second thoughts (mkdir, create + write + chmod + utimens, appends, renames within and across
+//! directories, unlinks, chmods, fsync of files and of directories, each fsync recorded), the
+//! daemon is `kill -9`ed at a random moment, the mount comes back (replay), and:
+//!
+//! - the tree is one the application could have seen: its names (directories and files)
+//!   are exactly those after some prefix of the writer's operations, no shorter than the last
+//!   acknowledged fsync (everything deferred before an fsync is on the store when it returns);
+//! - every file whose last write was followed by an acknowledged fsync of it holds those bytes,
+//!   under the name the prefix gives it; every mode set before the last acknowledged fsync is
+//!   there;
+//! - `journal/lost/` stays empty (no conflict is staged: nothing else writes the store);
+//! - what the mount serves after replay equals BACKING after a clean unmount.
+//!
+//! `TIERFS_WB_SEED=<hex>` replays a run. `TIERFS_WB_INJECT_LOSS=1` removes, after each kill,
+//! a file an fsync made durable: the test must then fail (it can).
+
+mod common;
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const TMP: &str = "/var/tmp";
+const ROUNDS: usize = 100;
+
+fn seed() -> u64 {
+    let seed = match std::env::var("TIERFS_WB_SEED") {
+        Ok(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("TIERFS_WB_SEED: hex"),
+        Err(_) => mix(SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            ^ ((std::process::id() as u64) << 32)),
+    };
+    println!("ns_crash: seed {seed:#018x} (replay: TIERFS_WB_SEED={seed:x})");
+    seed
+}
+
+/// One object of the model: a directory, or a file with its contents and mode.
+#[derive(Clone, Debug)]
+struct Obj {
+    dir: bool,
+    data: Vec<u8>,
+    mode: u32,
+    /// The contents an acknowledged fsync of this file made durable, while no write came after.
+    synced: Option<Vec<u8>>,
+    /// A chmod after the last acknowledged fsync (of anything): the mode is not guaranteed.
+    mode_loose: bool,
+}
+
+/// An operation as it changes the names: applied to a name -> object map.
+#[derive(Clone, Debug)]
+enum NsOp {
+    Add(String, u64),
+    Remove(String),
+    Move(String, String),
+}
+
+/// What the writer did: objects by id, and the names after each namespace operation.
+#[derive(Default, Clone)]
+struct Model {
+    objs: BTreeMap<u64, Obj>,
+    /// The names before the first operation of this round.
+    start: BTreeMap<String, u64>,
+    ops: Vec<NsOp>,
+    /// Operations before this index were done before an fsync that was acknowledged.
+    barrier: usize,
+    next_id: u64,
+}
+
+impl Model {
+    fn names_at(&self, k: usize) -> BTreeMap<String, u64> {
+        let mut n = self.start.clone();
+        for op in &self.ops[..k] {
+            match op {
+                NsOp::Add(p, id) => {
+                    n.insert(p.clone(), *id);
+                }
+                NsOp::Remove(p) => {
+                    n.remove(p);
+                }
+                NsOp::Move(a, b) => {
+                    if let Some(id) = n.remove(a) {
+                        n.insert(b.clone(), id);
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn current(&self) -> BTreeMap<String, u64> {
+        self.names_at(self.ops.len())
+    }
+}
+
+/// What the tree holds: path -> Some(contents, mode) for a file, None for a directory.
+type Tree = BTreeMap<String, Option<(Vec<u8>, u32)>>;
+
+fn read_tree(root: &Path) -> Tree {
+    fn walk(root: &Path, rel: &str, out: &mut Tree) {
+        let dir = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(rel)
+        };
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && rel.is_empty() => return,
+            Err(e) => panic!("read_dir {}: {e}", dir.display()),
+        };
+        for e in rd {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let p = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let md = std::fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() {
+                out.insert(p.clone(), None);
+                walk(root, &p, out);
+            } else {
+                let data = std::fs::read(e.path())
+                    .unwrap_or_else(|er| panic!("read {}: {er}", e.path().display()));
+                out.insert(p, Some((data, md.permissions().mode() & 0o7777)));
+            }
+        }
+    }
+    let mut t = Tree::new();
+    walk(root, "", &mut t);
+    t
+}
+
+/// Checks `got` against the model (see the module comment); Ok(the prefix it matched).
+fn check(m: &Model, got: &Tree) -> Result<usize, String> {
+    let names: BTreeSet<&String> = got.keys().collect();
+    let mut tried = Vec::new();
+    for k in (m.barrier..=m.ops.len()).rev() {
+        let at = m.names_at(k);
+        if at.keys().collect::<BTreeSet<_>>() != names {
+            tried.push(k);
+            continue;
+        }
+        for (p, id) in &at {
+            let o = &m.objs[id];
+            match (&got[p], o.dir) {
+                (None, true) => {}
+                (Some((data, mode)), false) => {
+                    if let Some(s) = &o.synced {
+                        if data != s {
+                            return Err(format!(
+                                "{p}: {} bytes, not the {} bytes an fsync made durable (first difference at {:?})",
+                                data.len(),
+                                s.len(),
+                                data.iter().zip(s).position(|(a, b)| a != b)
+                            ));
+                        }
+                    }
+                    if !o.mode_loose && *mode != o.mode {
+                        return Err(format!(
+                            "{p}: mode {mode:o}, set {:o} before an fsync",
+                            o.mode
+                        ));
+                    }
+                }
+                _ => return Err(format!("{p}: a directory and a file swapped")),
+            }
+        }
+        return Ok(k);
+    }
+    // The closest prefix, to say what differs.
+    let diff = |k: usize| {
+        let want = m.names_at(k);
+        let extra: Vec<String> = names
+            .iter()
+            .filter(|n| !want.contains_key(**n))
+            .map(|n| n.to_string())
+            .collect();
+        let missing: Vec<String> = want
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        (extra, missing)
+    };
+    let best = (0..=m.ops.len())
+        .min_by_key(|&k| {
+            let (e, mi) = diff(k);
+            e.len() + mi.len()
+        })
+        .unwrap_or(0);
+    let (extra, missing) = diff(best);
+    // Where the missing names' last components are, if anywhere.
+    let elsewhere: Vec<&String> = missing
+        .iter()
+        .filter_map(|p| p.rsplit('/').next())
+        .flat_map(|base| names.iter().copied().filter(move |n| n.ends_with(base)))
+        .collect();
+    let near: Vec<String> = m.ops[best.saturating_sub(3)..(best + 3).min(m.ops.len())]
+        .iter()
+        .map(|o| format!("{o:?}"))
+        .collect();
+    Err(format!(
+        "no prefix of the {} operations from the last acknowledged fsync (after {}) has these names; the closest is after {best}: extra {extra:?}, missing {missing:?} (found elsewhere: {elsewhere:?}); operations around it: {near:?}",
+        m.ops.len(),
+        m.barrier
+    ))
+}
+
+fn ctx<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// The writer: random operations on the tree under `root` until `killed`. The model is shared
+/// so that what the kill interrupts is in it (recorded before each call is made).
+fn writer(
+    root: PathBuf,
+    m: Arc<Mutex<Model>>,
+    seed: u64,
+    killed: Arc<AtomicBool>,
+) -> Option<String> {
+    let mut r = Rng::new(seed);
+    let step = |r: &mut Rng| -> Result<(), String> {
+        let cur = m.lock().unwrap().current();
+        let dirs: Vec<String> = std::iter::once(String::new())
+            .chain(
+                cur.iter()
+                    .filter(|(_, id)| m.lock().unwrap().objs[id].dir)
+                    .map(|(p, _)| p.clone()),
+            )
+            .collect();
+        let files: Vec<String> = cur
+            .iter()
+            .filter(|(_, id)| !m.lock().unwrap().objs[id].dir)
+            .map(|(p, _)| p.clone())
+            .collect();
+        let join = |d: &str, n: &str| {
+            if d.is_empty() {
+                n.to_string()
+            } else {
+                format!("{d}/{n}")
+            }
+        };
+        let new_name = |r: &mut Rng, m: &Model| format!("n{}-{}", m.next_id, r.below(1000));
+        let choice = r.below(100);
+        let shallow: Vec<&String> = dirs.iter().filter(|d| d.matches('/').count() < 3).collect();
+        if choice < 12 {
+            // mkdir, as tar does: a directory, then (later) files in it.
+            let d = shallow[r.below(shallow.len())];
+            let mut g = m.lock().unwrap();
+            let p = join(d, &format!("d{}", new_name(r, &g)));
+            let id = g.next_id;
+            g.next_id += 1;
+            g.objs.insert(
+                id,
+                Obj {
+                    dir: true,
+                    data: Vec::new(),
+                    mode: 0o755,
+                    synced: None,
+                    mode_loose: false,
+                },
+            );
+            g.ops.push(NsOp::Add(p.clone(), id));
+            drop(g);
+            return ctx("mkdir", std::fs::create_dir(root.join(&p)));
+        }
+        if choice < 50 || files.is_empty() {
+            // create + write + chmod (+ fsync): an untarred file.
+            let d = &dirs[r.below(dirs.len())];
+            let len = r.below(96 << 10);
+            let data = seeded_bytes(r.next(), len);
+            let mode = [0o644, 0o600, 0o755, 0o640][r.below(4)];
+            let sync = r.below(4) == 0;
+            let mut g = m.lock().unwrap();
+            let p = join(d, &format!("f{}", new_name(r, &g)));
+            let id = g.next_id;
+            g.next_id += 1;
+            g.objs.insert(
+                id,
+                Obj {
+                    dir: false,
+                    data: data.clone(),
+                    mode,
+                    synced: None,
+                    mode_loose: true,
+                },
+            );
+            g.ops.push(NsOp::Add(p.clone(), id));
+            drop(g);
+            let mut f = ctx(
+                "create",
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(root.join(&p)),
+            )?;
+            ctx("write", f.write_all(&data))?;
+            ctx(
+                "chmod",
+                f.set_permissions(std::fs::Permissions::from_mode(mode)),
+            )?;
+            if sync {
+                ctx("fsync", f.sync_all())?;
+                let mut g = m.lock().unwrap();
+                let n = g.ops.len();
+                g.barrier = n;
+                let o = g.objs.get_mut(&id).unwrap();
+                o.synced = Some(data);
+                for o in g.objs.values_mut() {
+                    o.mode_loose = false;
+                }
+            }
+            return Ok(());
+        }
+        let f = files[r.below(files.len())].clone();
+        let id = cur[&f];
+        if choice < 62 {
+            // rename, within or across directories
+            let d = &dirs[r.below(dirs.len())];
+            let mut g = m.lock().unwrap();
+            let to = join(d, &format!("r{}", new_name(r, &g)));
+            g.next_id += 1;
+            g.ops.push(NsOp::Move(f.clone(), to.clone()));
+            drop(g);
+            return ctx("rename", std::fs::rename(root.join(&f), root.join(&to)));
+        }
+        if choice < 70 {
+            m.lock().unwrap().ops.push(NsOp::Remove(f.clone()));
+            return ctx("unlink", std::fs::remove_file(root.join(&f)));
+        }
+        if choice < 80 {
+            let mode = [0o644, 0o600, 0o755, 0o444][r.below(4)];
+            {
+                let mut g = m.lock().unwrap();
+                let o = g.objs.get_mut(&id).unwrap();
+                o.mode = mode;
+                o.mode_loose = true;
+            }
+            return ctx(
+                "chmod",
+                std::fs::set_permissions(root.join(&f), std::fs::Permissions::from_mode(mode)),
+            );
+        }
+        if choice < 90 {
+            // append, maybe fsync
+            let add = seeded_bytes(r.next(), 1 + r.below(32 << 10));
+            let sync = r.below(2) == 0;
+            {
+                let mut g = m.lock().unwrap();
+                let o = g.objs.get_mut(&id).unwrap();
+                o.data.extend_from_slice(&add);
+                o.synced = None;
+            }
+            // Mode 0444 files are appended to as root all the same.
+            let mut fh = ctx("open", OpenOptions::new().append(true).open(root.join(&f)))?;
+            ctx("append", fh.write_all(&add))?;
+            if sync {
+                ctx("fsync", fh.sync_all())?;
+                let mut g = m.lock().unwrap();
+                let n = g.ops.len();
+                g.barrier = n;
+                let o = g.objs.get_mut(&id).unwrap();
+                o.synced = Some(o.data.clone());
+                for o in g.objs.values_mut() {
+                    o.mode_loose = false;
+                }
+            }
+            return Ok(());
+        }
+        // fsync of a directory: every name deferred before it is on the store.
+        let d = dirs[r.below(dirs.len())].clone();
+        ctx(
+            "fsync(dir)",
+            File::open(root.join(&d)).and_then(|f| f.sync_all()),
+        )?;
+        let mut g = m.lock().unwrap();
+        let n = g.ops.len();
+        g.barrier = n;
+        for o in g.objs.values_mut() {
+            o.mode_loose = false;
+        }
+        Ok(())
+    };
+    while !killed.load(SeqCst) {
+        if let Err(e) = step(&mut r) {
+            return (!killed.load(SeqCst)).then_some(e);
+        }
+    }
+    None
+}
+
+#[test]
+fn namespace_writeback_survives_kill9() {
+    let seed = seed();
+    let m = BinMount::unmounted_in(Path::new(TMP));
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(900), vec![mnt.clone()], move || {
+        let opts_env = std::env::var("TIERFS_NS_OPTS").unwrap_or_default();
+        let mut opts = vec!["ram.max=64M", "writeback.mode=back"];
+        opts.extend(opts_env.split(",").filter(|s| !s.is_empty()));
+        let mut r = Rng::new(seed);
+        let t0 = Instant::now();
+        let sub = "tree";
+        std::fs::create_dir(m.backing.join(sub)).unwrap();
+        // Objects that survive from round to round, by path.
+        let mut carried: Tree = Tree::new();
+        let (mut ops, mut barriers_total, mut matched_at_end) = (0usize, 0usize, 0usize);
+        for round in 0..ROUNDS {
+            // The model starts from what BACKING holds now.
+            let mut model = Model::default();
+            for (p, v) in &carried {
+                let id = model.next_id;
+                model.next_id += 1;
+                let (dir, data, mode) = match v {
+                    None => (true, Vec::new(), 0o755),
+                    Some((d, md)) => (false, d.clone(), *md),
+                };
+                model.objs.insert(
+                    id,
+                    Obj {
+                        dir,
+                        synced: (!dir).then(|| data.clone()),
+                        data,
+                        mode,
+                        mode_loose: false,
+                    },
+                );
+                model.start.insert(p.clone(), id);
+            }
+            let shared = Arc::new(Mutex::new(model));
+            m.mount(&opts);
+            let killed = Arc::new(AtomicBool::new(false));
+            let h = {
+                let (root, shared, killed) = (m.mnt.join(sub), shared.clone(), killed.clone());
+                let ws = r.next();
+                std::thread::spawn(move || writer(root, shared, ws, killed))
+            };
+            std::thread::sleep(Duration::from_millis(r.range(20, 400)));
+            killed.store(true, SeqCst);
+            m.kill_daemon();
+            if let Some(e) = h.join().expect("writer panicked") {
+                panic!("round {round}: the writer failed before the kill: {e}");
+            }
+            let model = shared.lock().unwrap().clone();
+            if std::env::var_os("TIERFS_WB_INJECT_LOSS").is_some() {
+                // A daemon that lost what an fsync acknowledged: a durable file vanishes.
+                let names = model.names_at(model.barrier);
+                if let Some((p, _)) = names.iter().find(|(p, id)| {
+                    !model.objs[id].dir && model.objs[id].synced.is_some() && !p.contains('/')
+                }) {
+                    let _ = std::fs::remove_file(m.backing.join(sub).join(p));
+                }
+            }
+            m.mount(&opts);
+            let seen = read_tree(&m.mnt.join(sub));
+            m.unmount_and_wait();
+            let got = read_tree(&m.backing.join(sub));
+            let log_errors = || {
+                let log = std::fs::read_to_string(m.cache.join("tierfs.log")).unwrap_or_default();
+                if let Some(keep) = std::env::var_os("TIERFS_NS_KEEP_LOG") {
+                    let _ = std::fs::write(keep, &log);
+                }
+                let keys: Vec<String> = std::env::var("TIERFS_NS_GREP")
+                    .map(|v| v.split(',').map(String::from).collect())
+                    .unwrap_or_default();
+                log.lines()
+                    .filter(|l| {
+                        l.contains("ERROR")
+                            || l.contains("WARN")
+                            || keys.iter().any(|k| !k.is_empty() && l.contains(k.as_str()))
+                    })
+                    .take(40)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let k = check(&model, &seen).unwrap_or_else(|e| {
+                panic!(
+                    "round {round}, through the mount after replay: {e}\nlog:\n{}",
+                    log_errors()
+                )
+            });
+            check(&model, &got).unwrap_or_else(|e| {
+                panic!(
+                    "round {round}, in BACKING after unmount: {e}\nlog:\n{}",
+                    log_errors()
+                )
+            });
+            if seen != got {
+                let d: Vec<_> = seen
+                    .iter()
+                    .filter(|(k, v)| got.get(*k) != Some(*v))
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_ref().map(|x| (x.0.len(), x.1)),
+                            got.get(k).map(|g| g.as_ref().map(|x| (x.0.len(), x.1))),
+                        )
+                    })
+                    .chain(
+                        got.keys()
+                            .filter(|k| !seen.contains_key(*k))
+                            .map(|k| (k.clone(), None, Some(None))),
+                    )
+                    .take(10)
+                    .collect();
+                panic!("round {round}: BACKING after the unmount differs from what the mount served: (path, served, backing) {d:?}\nlog:\n{}", log_errors());
+            }
+            let lost = m.cache.join("journal").join("lost");
+            let lost_files: Vec<_> = std::fs::read_dir(&lost).into_iter().flatten().collect();
+            assert!(
+                lost_files.is_empty(),
+                "round {round}: journal/lost is not empty: {lost_files:?}"
+            );
+            ops += model.ops.len();
+            barriers_total += model.barrier;
+            matched_at_end += (k == model.ops.len()) as usize;
+            carried = got;
+        }
+        println!(
+            "ns_crash: {ROUNDS} rounds, {ops} namespace operations, {barriers_total} of them before an acknowledged fsync, {matched_at_end} rounds with every operation on the store; {} names at the end; {:.1} s",
+            carried.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        assert!(barriers_total > 0, "no fsync was acknowledged in any round");
+        assert!(
+            carried.len() > 10,
+            "the tree stayed too small to mean anything"
+        );
+    });
+}
