@@ -75,31 +75,43 @@ struct Model {
     /// Operations before this index were done before an fsync that was acknowledged.
     barrier: usize,
     next_id: u64,
+    /// The names after every operation so far (kept as they are made: the writer asks for
+    /// them at each step).
+    cur: BTreeMap<String, u64>,
+}
+
+fn apply(n: &mut BTreeMap<String, u64>, op: &NsOp) {
+    match op {
+        NsOp::Add(p, id) => {
+            n.insert(p.clone(), *id);
+        }
+        NsOp::Remove(p) => {
+            n.remove(p);
+        }
+        NsOp::Move(a, b) => {
+            if let Some(id) = n.remove(a) {
+                n.insert(b.clone(), id);
+            }
+        }
+    }
 }
 
 impl Model {
     fn names_at(&self, k: usize) -> BTreeMap<String, u64> {
         let mut n = self.start.clone();
         for op in &self.ops[..k] {
-            match op {
-                NsOp::Add(p, id) => {
-                    n.insert(p.clone(), *id);
-                }
-                NsOp::Remove(p) => {
-                    n.remove(p);
-                }
-                NsOp::Move(a, b) => {
-                    if let Some(id) = n.remove(a) {
-                        n.insert(b.clone(), id);
-                    }
-                }
-            }
+            apply(&mut n, op);
         }
         n
     }
 
+    fn push(&mut self, op: NsOp) {
+        apply(&mut self.cur, &op);
+        self.ops.push(op);
+    }
+
     fn current(&self) -> BTreeMap<String, u64> {
-        self.names_at(self.ops.len())
+        self.cur.clone()
     }
 }
 
@@ -145,14 +157,20 @@ fn read_tree(root: &Path) -> Tree {
 /// Checks `got` against the model (see the module comment); Ok(the prefix it matched).
 fn check(m: &Model, got: &Tree) -> Result<usize, String> {
     let names: BTreeSet<&String> = got.keys().collect();
-    let mut tried = Vec::new();
+    // The names after each prefix from the barrier on, made one operation at a time.
+    let mut prefixes = Vec::with_capacity(m.ops.len() + 1 - m.barrier);
+    let mut at = m.names_at(m.barrier);
+    prefixes.push(at.clone());
+    for op in &m.ops[m.barrier..] {
+        apply(&mut at, op);
+        prefixes.push(at.clone());
+    }
     for k in (m.barrier..=m.ops.len()).rev() {
-        let at = m.names_at(k);
-        if at.keys().collect::<BTreeSet<_>>() != names {
-            tried.push(k);
+        let at = &prefixes[k - m.barrier];
+        if at.len() != names.len() || !at.keys().zip(&names).all(|(a, b)| a == *b) {
             continue;
         }
-        for (p, id) in &at {
+        for (p, id) in at {
             let o = &m.objs[id];
             match (&got[p], o.dir) {
                 (None, true) => {}
@@ -272,9 +290,16 @@ fn writer(
                     mode_loose: false,
                 },
             );
-            g.ops.push(NsOp::Add(p.clone(), id));
+            g.push(NsOp::Add(p.clone(), id));
             drop(g);
             return ctx("mkdir", std::fs::create_dir(root.join(&p)));
+        }
+        if files.len() > 400 && (12..60).contains(&choice) {
+            // A big tree: unlinks instead of creates, so that it stays a size each round can
+            // read back quickly.
+            let f = files[r.below(files.len())].clone();
+            m.lock().unwrap().push(NsOp::Remove(f.clone()));
+            return ctx("unlink", std::fs::remove_file(root.join(&f)));
         }
         if choice < 50 || files.is_empty() {
             // create + write + chmod (+ fsync): an untarred file.
@@ -297,7 +322,7 @@ fn writer(
                     mode_loose: true,
                 },
             );
-            g.ops.push(NsOp::Add(p.clone(), id));
+            g.push(NsOp::Add(p.clone(), id));
             drop(g);
             let mut f = ctx(
                 "create",
@@ -332,12 +357,12 @@ fn writer(
             let mut g = m.lock().unwrap();
             let to = join(d, &format!("r{}", new_name(r, &g)));
             g.next_id += 1;
-            g.ops.push(NsOp::Move(f.clone(), to.clone()));
+            g.push(NsOp::Move(f.clone(), to.clone()));
             drop(g);
             return ctx("rename", std::fs::rename(root.join(&f), root.join(&to)));
         }
         if choice < 70 {
-            m.lock().unwrap().ops.push(NsOp::Remove(f.clone()));
+            m.lock().unwrap().push(NsOp::Remove(f.clone()));
             return ctx("unlink", std::fs::remove_file(root.join(&f)));
         }
         if choice < 80 {
@@ -438,6 +463,7 @@ fn namespace_writeback_survives_kill9() {
                     },
                 );
                 model.start.insert(p.clone(), id);
+                model.cur.insert(p.clone(), id);
             }
             let shared = Arc::new(Mutex::new(model));
             m.mount(&opts);

@@ -48,6 +48,24 @@ impl Ctx {
                 put_parts(c, &key, s, size, (cond.0, &cond.1), up).await
             }
         });
+        // No answer to a conditional upload: the server may have refused it (412) and closed
+        // the connection while the body was still being sent (versitygw does, now and then),
+        // so the refusal never reached us. The object's ETag tells: another one than our base
+        // means it was replaced (if ours had landed, what it holds is ours, kept in the lost
+        // directory too: nothing is lost either way); our base means ours did not land.
+        let r = match r {
+            Err(e) if e == Errno::ENOTCONN && cond.0 == "if-match" => {
+                let head = self.key(&s.rel).and_then(|k| self.run(c.s3.head(&k)));
+                match head {
+                    Ok(m) if m.e_tag.as_deref().map(unquote) != Some(unquote(&cond.1)) => {
+                        Err(ESTALE)
+                    }
+                    Err(h) if h == Errno::ENOENT => Err(h),
+                    _ => Err(e),
+                }
+            }
+            r => r,
+        };
         let etag = match r {
             Ok(e) => e,
             // Replaced (412) or removed (404) by someone else since we read it.
