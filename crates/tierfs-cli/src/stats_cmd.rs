@@ -129,6 +129,26 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
             n(v, "writeback.oldest_dirty_ms") as f64 / 1000.0,
             HumanBytes(n(v, "writeback.written_bytes")),
         );
+        if n(v, "writeback.namespace.deferred") > 0 {
+            s += &format!(
+                "  namespace {} operations deferred, {} pending (oldest {:.1} s), {} groups \
+                 applied (median {} ms, p99 {} ms)\n",
+                HumanCount(n(v, "writeback.namespace.deferred")),
+                HumanCount(n(v, "writeback.namespace.pending")),
+                n(v, "writeback.namespace.oldest_ms") as f64 / 1000.0,
+                HumanCount(n(v, "writeback.namespace.groups")),
+                n(v, "writeback.namespace.group_ms_median"),
+                n(v, "writeback.namespace.group_ms_p99"),
+            );
+        }
+        let refused = n(v, "writeback.namespace.conflicts");
+        if refused > 0 {
+            s += &format!(
+                "  CONFLICTS {refused} deferred create(s) or setattr(s) refused by the store (a name \
+                 made by someone else first, a directory removed): the data kept under \
+                 <cache dir>/journal/lost/ (see the log)\n"
+            );
+        }
         let lost = n(v, "writeback.replay_lost_files");
         if lost > 0 || n(v, "writeback.replay_damage") > 0 {
             s += &format!(
