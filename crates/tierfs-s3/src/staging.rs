@@ -153,13 +153,7 @@ fn changed(g: &mut State) {
 }
 
 pub(crate) fn now() -> TimeSpec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    TimeSpec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
+    TimeSpec::now()
 }
 
 pub(crate) fn io_errno(e: std::io::Error) -> Errno {

@@ -45,6 +45,17 @@ pub struct TimeSpec {
 }
 
 impl TimeSpec {
+    /// The wall clock now (the epoch if the clock is before it).
+    pub fn now() -> TimeSpec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        TimeSpec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+
     pub fn as_nanos(&self) -> i128 {
         self.sec as i128 * 1_000_000_000 + self.nsec as i128
     }

@@ -246,13 +246,7 @@ impl<S: Store> Namespace<S> {
         owner: (u32, u32),
         seq: u64,
     ) -> Result<(Arc<Inode<St<S>>>, Entry)> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let t = tierfs_store::TimeSpec {
-            sec: now.as_secs() as i64,
-            nsec: now.subsec_nanos(),
-        };
+        let t = tierfs_store::TimeSpec::now();
         let dir = kind == FileKind::Dir;
         let attr = Attr {
             dev: PROV_DEV,

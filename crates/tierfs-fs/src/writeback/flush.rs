@@ -221,14 +221,7 @@ impl<S: Store> Writeback<S> {
                 if let Some(a) = &after {
                     self.ns.meta.put_attr(a, Instant::now());
                 }
-                let mut g = st.dirty.lock();
-                if let Some(d) = g.as_mut() {
-                    let n = d.flushed(&run);
-                    let rel = n.min(d.reserved);
-                    d.reserved -= rel;
-                    self.reserve.release(rel);
-                    self.c.dirty_bytes.fetch_sub(n, Relaxed);
-                }
+                self.account_flushed(&st, &run);
                 st.flush_gen.fetch_add(1, AcqRel);
             }
             drop(own);

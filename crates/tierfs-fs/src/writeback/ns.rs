@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
-use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store, TimeSpec};
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 /// Most records one group applies before its directories are synced and a DONE recorded.
 const GROUP_MAX: usize = 1024;
@@ -141,16 +141,6 @@ fn transient(e: Errno) -> bool {
         libc::ESHUTDOWN,
     ]
     .contains(&e.0)
-}
-
-pub(super) fn now_spec() -> TimeSpec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    TimeSpec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
 }
 
 impl<S: Store> Writeback<S> {

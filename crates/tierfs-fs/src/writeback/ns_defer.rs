@@ -2,7 +2,7 @@
 //! setattr made provisional and journaled, and the waits for the namespace flusher (before an
 //! operation that is not deferred, an fsync, unmount).
 
-use super::ns::{now_spec, Job, NewObject};
+use super::ns::{Job, NewObject};
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::identity::Ident;
@@ -107,7 +107,7 @@ impl<S: Store> Writeback<S> {
             .add_provisional(p, name, kind, mode, owner_new, seq)?;
         // The directory as the application now sees it: one more link for a directory made
         // in it, its times moved.
-        let now = now_spec();
+        let now = tierfs_store::TimeSpec::now();
         let bump = |a: &mut Attr| {
             if kind == FileKind::Dir {
                 a.nlink += 1;
@@ -154,7 +154,7 @@ impl<S: Store> Writeback<S> {
         let Some(path) = self.backing_path(i) else {
             return Ok(None);
         };
-        let now = now_spec();
+        let now = tierfs_store::TimeSpec::now();
         let op = NsOp::setattr(path, set, now);
         let Some(resolved) = op.set_attr() else {
             return Ok(None);

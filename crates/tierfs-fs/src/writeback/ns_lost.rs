@@ -3,7 +3,6 @@
 use super::Writeback;
 use crate::inode::Inode;
 use crate::shared::St;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tierfs_store::{Errno, Result, Store};
 
@@ -40,14 +39,7 @@ impl<S: Store> Writeback<S> {
             let Some(run) = run else { break };
             out.write_all_at(&run.pieces.concat(), run.offset)
                 .map_err(|er| io("write", er))?;
-            let mut g = st.dirty.lock();
-            if let Some(d) = g.as_mut() {
-                let n = d.flushed(&run);
-                let rel = n.min(d.reserved);
-                d.reserved -= rel;
-                self.reserve.release(rel);
-                self.c.dirty_bytes.fetch_sub(n, Relaxed);
-            }
+            self.account_flushed(&st, &run);
             from = run.offset + run.len;
         }
         out.sync_all().map_err(|er| io("sync", er))?;

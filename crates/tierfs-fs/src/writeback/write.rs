@@ -264,6 +264,22 @@ impl<S: Store> Writeback<S> {
         }
     }
 
+    /// `run` of `st`'s dirty data is on the store (or saved aside): its extents leave the
+    /// dirty set, its reservation is given back, the dirty count drops.
+    pub(crate) fn account_flushed(
+        &self,
+        st: &crate::file_state::FileState,
+        run: &crate::dirty::Run,
+    ) {
+        if let Some(d) = st.dirty.lock().as_mut() {
+            let n = d.flushed(run);
+            let rel = n.min(d.reserved);
+            d.reserved -= rel;
+            self.reserve.release(rel);
+            self.c.dirty_bytes.fetch_sub(n, Relaxed);
+        }
+    }
+
     /// An mtime the application set on a file while it has dirty data: the flush applies it
     /// after writing the data (see `flush_group`).
     pub(crate) fn note_dirty_mtime(&self, i: &Inode<St<S>>, m: &tierfs_store::TimeUpdate) {
