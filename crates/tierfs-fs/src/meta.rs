@@ -57,6 +57,24 @@ fn next_version() -> u64 {
     NEXT_LISTING_VERSION.fetch_add(1, Relaxed)
 }
 
+/// A listing's names (to identity and kind) and their order, from the store's entries.
+fn names_of(
+    entries: &[(OsString, Attr)],
+) -> (rustc_hash::FxHashMap<OsString, Child>, Vec<OsString>) {
+    let mut names = rustc_hash::FxHashMap::default();
+    names.reserve(entries.len());
+    for (name, a) in entries {
+        names.insert(
+            name.clone(),
+            Child {
+                id: ident(a),
+                kind: a.kind,
+            },
+        );
+    }
+    (names, entries.iter().map(|(n, _)| n.clone()).collect())
+}
+
 pub struct MetaCache {
     attrs: DashMap<Ident, (Attr, Instant)>,
     dirs: DashMap<Ident, Listing>,
@@ -252,17 +270,8 @@ impl MetaCache {
         if !self.enabled() {
             return;
         }
-        let mut names = rustc_hash::FxHashMap::default();
-        names.reserve(entries.len());
-        let order = entries.iter().map(|(n, _)| n.clone()).collect();
-        for (name, a) in entries {
-            names.insert(
-                name.clone(),
-                Child {
-                    id: ident(a),
-                    kind: a.kind,
-                },
-            );
+        let (names, order) = names_of(entries);
+        for (_, a) in entries {
             self.put_attr(a, at);
         }
         // A relisting that found the same names keeps its version: the kernel's copy of them
@@ -297,21 +306,12 @@ impl MetaCache {
         if !self.enabled() {
             return;
         }
-        let mut names = rustc_hash::FxHashMap::default();
-        for (name, a) in entries {
-            names.insert(
-                name.clone(),
-                Child {
-                    id: ident(a),
-                    kind: a.kind,
-                },
-            );
-        }
+        let (names, order) = names_of(entries);
         self.dirs.insert(
             dir,
             Listing {
                 names,
-                order: entries.iter().map(|(n, _)| n.clone()).collect(),
+                order,
                 validated: Instant::now(),
                 version: next_version(),
                 opened: None,

@@ -90,6 +90,8 @@ pub(crate) struct NsQueue<S: Store> {
     /// in it, its times moved): shown instead of what the store or the metadata cache says
     /// (`shadow_dir_attr`), which does not have them yet.
     pub(super) dirs: Mutex<rustc_hash::FxHashMap<Ident, (usize, Attr)>>,
+    /// `dirs` is not empty: read without its lock on every directory getattr.
+    pub(super) dirs_shadowed: std::sync::atomic::AtomicBool,
     /// Group times, ms, the last 256 (for the median and p99 in stats).
     pub(super) group_ms: Mutex<VecDeque<u64>>,
 }
@@ -104,6 +106,7 @@ impl<S: Store> NsQueue<S> {
             applied_cv: Condvar::new(),
             in_flight: Mutex::new((0, None)),
             dirs: Mutex::new(Default::default()),
+            dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
             group_ms: Mutex::new(VecDeque::new()),
         }
     }
@@ -300,6 +303,7 @@ impl<S: Store> Writeback<S> {
                     }
                 }
             }
+            self.nsq.dirs_shadowed.store(!dc.is_empty(), Relaxed);
         }
         (upto, batch.into_iter().skip(failed_at).collect())
     }

@@ -120,6 +120,7 @@ impl<S: Store> Writeback<S> {
             let e = dirs.entry(p.id()).or_insert((0, pattr));
             e.0 += 1;
             bump(&mut e.1);
+            self.nsq.dirs_shadowed.store(true, Relaxed);
         }
         self.ns.prov.update_attr(p.id(), bump);
         q.push_back(Job::Create {
@@ -232,6 +233,9 @@ impl<S: Store> Writeback<S> {
     /// A directory's link count and times as the application sees them while creates in
     /// it are on their way to the store.
     pub(crate) fn shadow_dir_attr(&self, dir: Ident, attr: &mut Attr) {
+        if !self.nsq.dirs_shadowed.load(Relaxed) {
+            return;
+        }
         if let Some((_, a)) = self.nsq.dirs.lock().get(&dir) {
             attr.nlink = a.nlink;
             attr.mtime = a.mtime;
