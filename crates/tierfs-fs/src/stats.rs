@@ -219,6 +219,11 @@ pub struct NsStats {
     pub conflicts: u64,
     pub errors: u64,
     pub replayed: u64,
+    /// Operations that waited for the deferred ones before them, and how long in all.
+    #[serde(default)]
+    pub waits: u64,
+    #[serde(default)]
+    pub wait_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

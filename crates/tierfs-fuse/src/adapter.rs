@@ -123,6 +123,24 @@ impl<S: Store> Adapter<S> {
     }
 }
 
+fn created_reply(
+    reply: ReplyCreate,
+    at: Duration,
+    direct: FopenFlags,
+    r: tierfs_fs::Result<(tierfs_fs::Entry, tierfs_fs::OpenReply)>,
+) {
+    match r {
+        Ok((e, o)) => reply.created(
+            &at,
+            &file_attr(&e.attr),
+            Generation(0),
+            FileHandle(o.fh),
+            keep_cache_flag(o.keep_cache) | direct,
+        ),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn entry_reply(
     reply: ReplyEntry,
     at: Duration,
@@ -231,6 +249,13 @@ impl<S: Store> Filesystem for Adapter<S> {
             atime: time_update(atime),
             mtime: time_update(mtime),
         };
+        // A deferred setattr (write-back of a new object) right here: see `Fs::create_fast`.
+        if let Some(r) = self.fs.setattr_fast(ino.0, &set) {
+            return match r {
+                Ok(a) => reply.attr(&self.ttls.attr.get(), &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         self.spawn(
             move |fs, at, _| match fs.setattr(ino.0, fh.map(|f| f.0), &set) {
                 Ok(a) => reply.attr(&at, &file_attr(&a)),
@@ -276,7 +301,11 @@ impl<S: Store> Filesystem for Adapter<S> {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let (name, r) = (name.to_owned(), requester(req));
+        let r = requester(req);
+        if let Some(e) = self.fs.mkdir_fast(parent.0, name, mode, r) {
+            return entry_reply(reply, self.ttls.attr.get(), self.ttls.entry.get(), e);
+        }
+        let name = name.to_owned();
         self.spawn(move |fs, at, et| {
             entry_reply(reply, at, et, fs.mkdir(parent.0, &name, mode, r))
         });
@@ -468,6 +497,9 @@ impl<S: Store> Filesystem for Adapter<S> {
             // Write-back: close reports a flush error not yet reported, and with
             // writeback.close=flush waits for the file's data to reach the backing store.
             // S3: close uploads what was written (and reports whether it was).
+            if let Some(r) = self.fs.flush_fast(ino.0) {
+                return Self::empty(reply, r);
+            }
             return self.spawn(move |fs, _, _| Self::empty(reply, fs.flush(ino.0, fh.0)));
         }
         // Write-through: every write is already in the backing store when it is acknowledged,
@@ -619,6 +651,9 @@ impl<S: Store> Filesystem for Adapter<S> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if let Some(e) = self.fs.getxattr_fast(ino.0, name) {
+            return reply.error(errno(e));
+        }
         let name = name.to_owned();
         self.spawn(move |fs, _, _| reply_xattr(reply, size, fs.getxattr(ino.0, &name)));
     }
@@ -642,20 +677,22 @@ impl<S: Store> Filesystem for Adapter<S> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (name, r) = (name.to_owned(), requester(req));
+        let r = requester(req);
         let direct = self.direct_flag(flags);
-        self.spawn(
-            move |fs, at, _| match fs.create(parent.0, &name, mode, flags, r) {
-                Ok((e, o)) => reply.created(
-                    &at,
-                    &file_attr(&e.attr),
-                    Generation(0),
-                    FileHandle(o.fh),
-                    keep_cache_flag(o.keep_cache) | direct,
-                ),
-                Err(e) => reply.error(errno(e)),
-            },
-        );
+        // Deferred (write-back of namespace operations) right here: a create then costs a
+        // journal append, less than the hand-off to the I/O pool.
+        if let Some(res) = self.fs.create_fast(parent.0, name, mode, flags, r) {
+            return created_reply(reply, self.ttls.attr.get(), direct, res);
+        }
+        let name = name.to_owned();
+        self.spawn(move |fs, at, _| {
+            created_reply(
+                reply,
+                at,
+                direct,
+                fs.create(parent.0, &name, mode, flags, r),
+            )
+        });
     }
 
     fn fallocate(

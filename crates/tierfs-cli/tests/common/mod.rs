@@ -213,6 +213,14 @@ impl Drop for BinMount {
             if let Ok(log) = std::fs::read_to_string(self.cache.join("tierfs.log")) {
                 let lines: Vec<&str> = log.lines().collect();
                 let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                // `TIERFS_TEST_KEEP_LOG=<dir>`: the whole log kept there, for a failure
+                // that shows only under load.
+                if let Some(dir) = std::env::var_os("TIERFS_TEST_KEEP_LOG") {
+                    let to = std::path::Path::new(&dir)
+                        .join(format!("tierfs-{}.log", std::process::id()));
+                    let _ = std::fs::write(&to, &log);
+                    eprintln!("--- the whole log: {}", to.display());
+                }
                 eprintln!(
                     "--- end of {}:\n{tail}",
                     self.cache.join("tierfs.log").display()

@@ -31,11 +31,12 @@ impl<S: Store> Fs<S> {
         mode: u32,
         flags: i32,
         req: Requester,
+        io: bool,
     ) -> Result<Option<(Entry, OpenReply)>> {
         let Some(wb) = self.wb() else { return Ok(None) };
         let p = self.ns.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
-        let Some((inode, e)) = wb.create_deferred(&p, name, FileKind::File, mode, excl, req)?
+        let Some((inode, e)) = wb.create_deferred(&p, name, FileKind::File, mode, excl, req, io)?
         else {
             return Ok(None);
         };
@@ -58,12 +59,68 @@ impl<S: Store> Fs<S> {
         name: &OsStr,
         mode: u32,
         req: Requester,
+        io: bool,
     ) -> Result<Option<Entry>> {
         let Some(wb) = self.wb() else { return Ok(None) };
         let p = self.ns.inode(parent)?;
         Ok(wb
-            .create_deferred(&p, name, FileKind::Dir, mode, true, req)?
+            .create_deferred(&p, name, FileKind::Dir, mode, true, req, io)?
             .map(|(_, e)| e))
+    }
+
+    // The `_fast` entry points answer on the dispatching thread what needs neither a store
+    // request nor a wait: a deferred create, mkdir or setattr costs a journal append and a few
+    // table updates, less than the hand-off to the I/O pool (an untar does four of them per
+    // file: create, fchown, fchmod, utimensat; and a close). None: take the pool.
+
+    /// [`Fs::create`] when deferred without asking the store.
+    pub fn create_fast(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        req: Requester,
+    ) -> Option<Result<(Entry, OpenReply)>> {
+        self.create_deferred(parent, name, mode, flags, req, false)
+            .map(|r| r.map(|(e, o)| (self.shown_entry(e), o)))
+            .transpose()
+    }
+
+    /// [`Fs::mkdir`] when deferred without asking the store.
+    pub fn mkdir_fast(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        req: Requester,
+    ) -> Option<Result<Entry>> {
+        self.mkdir_deferred(parent, name, mode, req, false)
+            .transpose()
+    }
+
+    /// [`Fs::setattr`] of a provisional object (not a size change): deferred.
+    pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
+        let wb = self.wb()?;
+        let i = self.ns.inodes.get(ino)?;
+        if set.size.is_some() || !is_provisional(i.id()) {
+            return None;
+        }
+        if let Some(m) = &set.mtime {
+            // As `Fs::setattr` does: kept with the dirty data.
+            wb.note_dirty_mtime(&i, m);
+        }
+        match wb.setattr_deferred(&i, set) {
+            Ok(Some(a)) => Some(Ok(self.shown(ino, self.ns.with_ino(&i, a)))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// close(2) in write-back when it waits for nothing (`writeback.close` is not `flush`):
+    /// it reports a flush error not yet reported.
+    pub fn flush_fast(&self, ino: u64) -> Option<Result<()>> {
+        self.wb()?.flush_fast(ino)
     }
 
     /// An attribute change of a provisional object, deferred (not a size change), or None.

@@ -257,7 +257,7 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
-        if let Some(e) = self.mkdir_deferred(parent, name, mode, req)? {
+        if let Some(e) = self.mkdir_deferred(parent, name, mode, req, true)? {
             return Ok(e);
         }
         self.drain_ns()?;
@@ -345,6 +345,20 @@ impl<S: Store> Fs<S> {
         self.ns.statfs()
     }
 
+    /// [`Fs::getxattr`] when it needs no store request: an object not on the store yet has
+    /// none, and the kernel's `security.capability` before each write or chown is cached
+    /// (`meta.ttl`). None: ask the store.
+    pub fn getxattr_fast(&self, ino: u64, name: &OsStr) -> Option<Errno> {
+        if let Some(e) = self.xattr_provisional(ino) {
+            return Some(e);
+        }
+        if name.as_encoded_bytes() != b"security.capability" {
+            return None;
+        }
+        let i = self.ns.inodes.get(ino)?;
+        self.ns.meta.no_caps(i.id()).map(Errno)
+    }
+
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
         if let Some(e) = self.xattr_provisional(ino) {
             return Err(e);
@@ -420,7 +434,7 @@ impl<S: Store> Fs<S> {
         flags: i32,
         req: Requester,
     ) -> Result<(Entry, OpenReply)> {
-        if let Some((e, o)) = self.create_deferred(parent, name, mode, flags, req)? {
+        if let Some((e, o)) = self.create_deferred(parent, name, mode, flags, req, true)? {
             return Ok((self.shown_entry(e), o));
         }
         self.drain_ns()?;

@@ -398,6 +398,14 @@ impl<S: Store> Writeback<S> {
         }
     }
 
+    /// [`Writeback::flush`] when it waits for nothing: None with `writeback.close=flush`.
+    pub(crate) fn flush_fast(&self, ino: u64) -> Option<Result<()>> {
+        if self.live.close() == super::CloseMode::Flush {
+            return None;
+        }
+        Some(self.flush(ino))
+    }
+
     /// close(2) in write-back mode (FUSE FLUSH).
     pub fn flush(&self, ino: u64) -> Result<()> {
         let i = self.ns.inode(ino)?;

@@ -158,6 +158,8 @@ impl<S: Store> Writeback<S> {
                 conflicts: g(&c.ns_conflicts),
                 errors: g(&c.ns_errors),
                 replayed: g(&c.ns_replayed),
+                waits: g(&c.ns_waits),
+                wait_ms: g(&c.ns_wait_ms),
             },
             reserve: self.reserve.stats(),
             journal: Some(self.journal.stats()),

@@ -299,6 +299,13 @@ impl<S: Store> Writeback<S> {
                             // Newer than anything the store was asked before its names
                             // landed: such an answer, arriving late, does not replace it.
                             self.ns.meta.put_attr(&a, Instant::now());
+                        } else if let Some((_, m)) = made.iter_mut().find(|(id, _)| *id == pid) {
+                            // Made by this flusher and not published: what its mkdir
+                            // answered is older than the names made in it since, and is
+                            // what the object shows once published.
+                            m.attr.nlink = a.nlink;
+                            m.attr.mtime = a.mtime;
+                            m.attr.ctime = a.ctime;
                         }
                     }
                 }
@@ -504,16 +511,16 @@ impl<S: Store> Writeback<S> {
                 continue;
             }
             let real = ident(&m.attr);
-            // The file's version and node first, while its identity is still provisional: a
-            // data flusher takes the file as soon as it has the store's identity, and what
-            // its flush records must not be overwritten by the attributes of the empty file.
+            // The file's version, and what the metadata cache knows, first, while its
+            // identity is still provisional and it has no node: a data flusher takes the file
+            // as soon as it has a node, and what its flush records (a newer size and mtime)
+            // must not be overwritten by the attributes of the empty file. (A lookup meanwhile
+            // is answered by the provisional table, which holds the name until
+            // `materialized` below.)
             if let Some(st) = &m.inode.file {
                 let _w = st.rw.write();
                 st.set_after_own_write(st.version().gen, &m.attr);
             }
-            self.ns.inodes.hold_node(&m.inode, m.node.clone());
-            let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
-            self.ns.inodes.rekey(&m.inode, real, &relabel);
             let now = Instant::now();
             if m.attr.kind == FileKind::Dir {
                 // Empty on the store but for provisional names, which are found in the
@@ -526,6 +533,9 @@ impl<S: Store> Writeback<S> {
             // which forgetting them here would let in.
             self.ns.meta.learn_name(m.parent.id(), &m.name, &m.attr);
             self.ns.meta.put_attr(&m.attr, now);
+            self.ns.inodes.hold_node(&m.inode, m.node.clone());
+            let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
+            self.ns.inodes.rekey(&m.inode, real, &relabel);
             self.ns.prov.materialized(prov, real);
         }
         drop(q);

@@ -29,6 +29,8 @@ impl<S: Store> Writeback<S> {
     /// deferred (the cache cannot tell that the name is free, or the journal refused the
     /// record) and must be done on the store, after [`Writeback::drain_ns`].
     /// Err(EEXIST): the name is a provisional object already and `excl` was asked.
+    /// `io`: the store may be asked for the directory's attributes (else None when they are
+    /// not cached: the caller is the dispatching thread, see `Fs::create_fast`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_deferred(
         &self,
@@ -38,6 +40,7 @@ impl<S: Store> Writeback<S> {
         mode: u32,
         excl: bool,
         req: Requester,
+        io: bool,
     ) -> Result<Option<NewObject<S>>> {
         if !self.defers_namespace() || p.kind != FileKind::Dir {
             return Ok(None);
@@ -71,7 +74,11 @@ impl<S: Store> Writeback<S> {
         let shadow = self.nsq.dirs.lock().get(&p.id()).map(|(_, a)| *a);
         let pattr = match (self.ns.prov.attr(p.id()), shadow) {
             (Some(a), _) | (None, Some(a)) => a,
-            (None, None) => self.ns.store_attr(p)?,
+            (None, None) if io => self.ns.store_attr(p)?,
+            (None, None) => match self.ns.meta.attr(p.id()) {
+                Some((a, _)) => a,
+                None => return Ok(None),
+            },
         };
         let mut owner_new = self.ns.new_owner(req);
         let mut mode = mode;
@@ -213,16 +220,26 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn drain_ns(&self) -> Result<()> {
         let target = self.nsq.appended.load(Acquire);
         let mut g = self.nsq.applied.lock();
+        if *g >= target {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mut r = Ok(());
         while *g < target {
             if self.stop.load(Acquire) {
-                return Err(Errno::EIO);
+                r = Err(Errno::EIO);
+                break;
             }
             self.nsq.wake.notify_one();
             self.nsq
                 .applied_cv
                 .wait_for(&mut g, Duration::from_millis(100));
         }
-        Ok(())
+        self.c.ns_waits.fetch_add(1, Relaxed);
+        self.c
+            .ns_wait_ms
+            .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
+        r
     }
 
     /// Whether a deferred create in directory `dir` is still queued.

@@ -44,4 +44,8 @@ pub struct WbCounters {
     pub ns_errors: AtomicU64,
     /// Namespace records applied at replay.
     pub ns_replayed: AtomicU64,
+    /// Operations that had to wait for the namespace flusher (a rename, unlink, listing,
+    /// fsync... after deferred ones), and the time they waited, ms.
+    pub ns_waits: AtomicU64,
+    pub ns_wait_ms: AtomicU64,
 }
