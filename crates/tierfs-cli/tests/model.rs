@@ -338,6 +338,11 @@ enum Op {
     },
     /// Compare the whole trees now.
     Check,
+    /// Write-back only: every descriptor closed on both sides; once the journal has every
+    /// acknowledged operation in its file, `kill -9` of the daemon, a remount on the same
+    /// cache directory (the journal replayed: namespace records, then data), and the whole
+    /// trees compared. Nothing acknowledged may be lost or changed by the crash.
+    CrashReplay,
 }
 
 /// Deterministic, position-dependent, never-zero bytes (zeros are what holes read as; a period
@@ -909,7 +914,9 @@ impl Side {
                 names.sort();
                 V::Names(names)
             }
-            Op::Check => unreachable!("Check compares both sides; not applied to one"),
+            Op::Check | Op::CrashReplay => {
+                unreachable!("compares both sides; not applied to one")
+            }
         })
     }
 
@@ -1084,6 +1091,74 @@ struct Env {
     mnt: PathBuf,
     reference: PathBuf,
     links_share_ino: bool,
+    /// How to crash and remount the daemon (`Op::CrashReplay`), for write-back mounts.
+    crash: Option<Crash>,
+}
+
+/// What `Op::CrashReplay` needs to kill the daemon and mount again as it was.
+struct Crash {
+    mnt: PathBuf,
+    backing: PathBuf,
+    cache: PathBuf,
+    opts: Vec<String>,
+    /// RAM hits and RAM-only reads of the daemons crashed so far (the counters start again
+    /// with each daemon; the end of the test asks for their sum).
+    carried: std::sync::Arc<std::sync::Mutex<(u64, u64)>>,
+}
+
+impl Crash {
+    /// Returns whether the new daemon replayed anything (namespace records or writes).
+    fn crash_and_remount(&self) -> Result<bool, String> {
+        // Every acknowledged operation in the journal's file (the page cache survives the
+        // daemon): what the crash may not lose. Not waited for: the flushers, so replay has
+        // work to do.
+        let v = stats_of(&self.mnt);
+        let appended = n(&v, "writeback.journal.appended_seq");
+        {
+            let mut c = self.carried.lock().unwrap();
+            c.0 += n(&v, "ram.hits");
+            c.1 += n(&v, "read_ram_only");
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while n(&stats_of(&self.mnt), "writeback.journal.written_seq") < appended {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the journal did not write seq {appended} in 20 s: {}",
+                    stats_of(&self.mnt)["writeback"]["journal"]
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let pid = daemon_pid(&self.mnt).ok_or("no daemon to crash")?;
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        if !wait_exit(pid, Duration::from_secs(20)) {
+            return Err(format!("daemon {pid} survived SIGKILL"));
+        }
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.arg("60")
+            .arg(tierfs_bin())
+            .arg("mount")
+            .arg(&self.backing)
+            .arg(&self.mnt)
+            .arg("--cache-dir")
+            .arg(&self.cache);
+        for o in &self.opts {
+            cmd.arg("-o").arg(o);
+        }
+        let out = cmd.output().map_err(|e| format!("run tierfs mount: {e}"))?;
+        if !out.status.success() || !is_mounted(&self.mnt) {
+            return Err(format!(
+                "remount after the crash failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let v = stats_of(&self.mnt);
+        Ok(n(&v, "writeback.namespace.replayed") + n(&v, "writeback.replayed_writes") > 0)
+    }
 }
 
 /// Runs one sequence in directory `s<n>` of both trees; Err describes the first difference.
@@ -1091,7 +1166,7 @@ fn run_case(env: &Env, ops: &[Op], n: u64, tally: &mut Tally) -> Result<(), Stri
     let name = format!("s{n}");
     let mut r = Side::new(env.reference.join(&name), false, env.links_share_ino);
     let mut m = Side::new(env.mnt.join(&name), true, env.links_share_ino);
-    let res = run_sides(&mut r, &mut m, ops, tally);
+    let res = run_sides(&mut r, &mut m, ops, tally, env.crash.as_ref());
     // Close everything, then clean up; a failing cleanup of the mount is a finding too.
     r.fds.clear();
     m.fds.clear();
@@ -1184,7 +1259,13 @@ fn setup_ops() -> Vec<Op> {
 /// Per operation kind: how many ran, and how many of those failed (same errno both sides).
 type Tally = BTreeMap<String, (u64, u64)>;
 
-fn run_sides(r: &mut Side, m: &mut Side, ops: &[Op], tally: &mut Tally) -> Result<(), String> {
+fn run_sides(
+    r: &mut Side,
+    m: &mut Side,
+    ops: &[Op],
+    tally: &mut Tally,
+    crash: Option<&Crash>,
+) -> Result<(), String> {
     for s in [&*r, &*m] {
         std::fs::create_dir(&s.root).map_err(|e| format!("setup mkdir {:?}: {e}", s.root))?;
     }
@@ -1206,6 +1287,21 @@ fn run_sides(r: &mut Side, m: &mut Side, ops: &[Op], tally: &mut Tally) -> Resul
             log.push(format!("{i:3}: Check"));
             compare_trees(&r.root, &m.root, m.links_share_ino)
                 .map_err(|e| fail(&log, format!("step {i}: {e}")))?;
+            continue;
+        }
+        if let Op::CrashReplay = op {
+            log.push(format!("{i:3}: CrashReplay"));
+            r.fds.iter_mut().for_each(|f| *f = None);
+            m.fds.iter_mut().for_each(|f| *f = None);
+            if let Some(c) = crash {
+                let replayed = c
+                    .crash_and_remount()
+                    .map_err(|e| fail(&log, format!("step {i}: {e}")))?;
+                tally.entry("CrashReplay".into()).or_default().0 += 1;
+                tally.entry("CrashReplay-with-replay".into()).or_default().0 += replayed as u64;
+            }
+            compare_trees(&r.root, &m.root, m.links_share_ino)
+                .map_err(|e| fail(&log, format!("step {i}, after the crash: {e}")))?;
             continue;
         }
         let a = r.apply(op);
@@ -1239,7 +1335,8 @@ fn run_sides(r: &mut Side, m: &mut Side, ops: &[Op], tally: &mut Tally) -> Resul
 /// names of a hard-linked file are objects of their own, a change through one seen through
 /// the others like a change behind tierfs's back, at the next open or after `meta.ttl`; the
 /// gap docs/architecture.md states).
-fn op_strategy(bs: u64, links: bool) -> BoxedStrategy<Op> {
+/// `crash`: `Op::CrashReplay` is drawn too.
+fn op_strategy(bs: u64, links: bool, crash: bool) -> BoxedStrategy<Op> {
     let p = || (0..DIRS.len() as u8, 0..NAMES.len() as u8).prop_map(|(d, n)| P(d, n));
     let slot = || 0..SLOTS;
     // Offsets: small, anywhere in the first few blocks, and right around 4K-page and cache
@@ -1485,6 +1582,7 @@ fn op_strategy(bs: u64, links: bool) -> BoxedStrategy<Op> {
         ),
         w(2, p().prop_map(|p| Op::Readdir { p }).boxed()),
         w(2, Just(Op::Check).boxed()),
+        w(crash as u32, Just(Op::CrashReplay).boxed()),
     ];
     Union::new_weighted(ops.into_iter().filter(|(n, _)| *n > 0).collect()).boxed()
 }
@@ -1572,6 +1670,13 @@ fn model_on(label: &str, target: Target, block_size: u64, cases: u32) {
         .fold(base, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
     println!("model[{label}]: seed {base}: replay with TIERFS_MODEL_SEED={base}");
 
+    // Write-back mounts are crashed and remounted now and then (`Op::CrashReplay`).
+    let crash_opts = match &target {
+        Target::Binary(opts) if opts.contains(&"writeback.mode=back") => {
+            Some(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+        }
+        _ => None,
+    };
     let (m, links_share_ino) = match target {
         Target::Binary(opts) => (Mounted::Bin(BinMount::new(opts)), true),
         Target::Renumbering(cfg) => {
@@ -1593,10 +1698,23 @@ fn model_on(label: &str, target: Target, block_size: u64, cases: u32) {
         std::fs::metadata(m.backing()).unwrap().dev(),
         "reference and backing directories on different filesystems"
     );
+    let carried = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64)));
+    let crash = match (&m, crash_opts) {
+        (Mounted::Bin(b), Some(opts)) => Some(Crash {
+            mnt: b.mnt.clone(),
+            backing: b.backing.clone(),
+            cache: b.cache.clone(),
+            opts,
+            carried: carried.clone(),
+        }),
+        _ => None,
+    };
+    let crashes = crash.is_some();
     let env = Env {
         mnt: m.mnt(),
         reference: refdir.path().to_path_buf(),
         links_share_ino,
+        crash,
     };
     let owned_label = label.to_string();
     with_timeout(Duration::from_secs(400), vec![m.mnt()], move || {
@@ -1612,7 +1730,8 @@ fn model_on(label: &str, target: Target, block_size: u64, cases: u32) {
         );
         let (seqs, ops) = (Cell::new(0u64), Cell::new(0u64));
         let tally = std::cell::RefCell::new(Tally::new());
-        let strategy = prop::collection::vec(op_strategy(block_size, links_share_ino), 1..=60);
+        let strategy =
+            prop::collection::vec(op_strategy(block_size, links_share_ino, crashes), 1..=60);
         let result = runner.run(&strategy, |case| {
             let n = seqs.get();
             seqs.set(n + 1);
@@ -1655,18 +1774,18 @@ fn model_on(label: &str, target: Target, block_size: u64, cases: u32) {
     // The comparison is only worth something if reads were answered from the RAM tier after
     // the writes that patched it.
     let st = m.stats();
+    let (hits0, ram_only0) = *carried.lock().unwrap();
+    let (hits, ram_only) = (
+        hits0 + n(&st, "ram.hits"),
+        ram_only0 + n(&st, "read_ram_only"),
+    );
     println!(
-        "model[{label}]: tierfs: ram hits {}, ram-only reads {}, fetched blocks {}, writes {}",
-        st["ram"]["hits"], st["read_ram_only"], st["fetched_blocks"], st["write_requests"]
+        "model[{label}]: tierfs: ram hits {hits}, ram-only reads {ram_only}, fetched blocks {}, \
+         writes {} (the last daemon's)",
+        st["fetched_blocks"], st["write_requests"]
     );
-    assert!(
-        st["ram"]["hits"].as_u64().unwrap() > 0,
-        "no RAM-tier hit: {st}"
-    );
-    assert!(
-        st["read_ram_only"].as_u64().unwrap() > 0,
-        "no RAM-only read: {st}"
-    );
+    assert!(hits > 0, "no RAM-tier hit: {st}");
+    assert!(ram_only > 0, "no RAM-only read: {st}");
 }
 
 /// Small cache blocks: many block boundaries within the files.

@@ -96,6 +96,7 @@ pub const GAUGES: &[&str] = &[
     "writeback.replay_ms",
     "writeback.reserve.credit_bytes",
     "writeback.reserve.reserved_bytes",
+    "writeback.reserve.reserved_inodes",
     "writeback.journal.used_bytes",
     "writeback.journal.cap_bytes",
     "writeback.journal.segments",
@@ -104,6 +105,7 @@ pub const GAUGES: &[&str] = &[
     "writeback.journal.oldest_seq",
     "writeback.journal.durable_seq",
     "writeback.journal.appended_seq",
+    "writeback.journal.written_seq",
     "meta_attrs",
     "meta_dirs",
     "meta_links",
@@ -307,4 +309,7 @@ pub struct WbStats {
 pub struct ReserveStats {
     pub credit_bytes: u64,
     pub reserved_bytes: u64,
+    /// Inodes promised to deferred creates not yet on the store.
+    #[serde(default)]
+    pub reserved_inodes: u64,
 }

@@ -774,6 +774,7 @@ impl Journal {
             oldest_seq: st.space.segs.values().next().map_or(0, |s| s.first_seq),
             durable_seq: st.durable_seq,
             appended_seq: st.next_seq - 1,
+            written_seq: st.written_seq,
         }
     }
 

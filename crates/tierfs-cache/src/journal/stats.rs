@@ -44,6 +44,10 @@ pub struct JournalStats {
     pub durable_seq: u64,
     /// The last seq handed out.
     pub appended_seq: u64,
+    /// Every record with seq <= this is written to its segment file (in the page cache: it
+    /// survives the daemon's crash, not the machine's, until `durable_seq` covers it).
+    #[serde(default)]
+    pub written_seq: u64,
 }
 
 /// The counters behind [`JournalStats`], kept under the journal's state lock (every event that

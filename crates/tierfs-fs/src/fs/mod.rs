@@ -116,6 +116,47 @@ impl<S: Store> Fs<S> {
         e
     }
 
+    /// Write-back: how many directory shadows were dropped so far (0 without write-back).
+    fn unshadowed(&self) -> u64 {
+        self.wb().map_or(0, |w| w.unshadowed())
+    }
+
+    /// `op`'s attributes as shown (see [`Fs::shown`]), `op` run again if it answered a
+    /// directory and a directory's shadow was dropped meanwhile: what `op` read (the metadata
+    /// cache, the store) may predate the names that landed, and the shadow that stood for them
+    /// is gone. Once the shadow is dropped the metadata cache has the attributes after them,
+    /// so the next run answers from it. `fast`: None rather than running `op` again.
+    fn shown_stable<T>(
+        &self,
+        op: impl Fn() -> Option<Result<T>>,
+        attr: impl Fn(&mut T) -> (u64, &mut Attr),
+        fast: bool,
+    ) -> Option<Result<T>> {
+        let mut tries = 0;
+        loop {
+            let before = self.unshadowed();
+            let mut r = match op()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let (ino, a) = attr(&mut r);
+            *a = self.shown(ino, *a);
+            let dir = a.kind == tierfs_store::FileKind::Dir;
+            if !dir || self.unshadowed() == before {
+                return Some(Ok(r));
+            }
+            tries += 1;
+            if fast {
+                return None;
+            }
+            if tries >= 16 {
+                // Shadows keep being dropped (an untar's directories landing): the store is
+                // asked, after the last drop seen, and its answer is the truth.
+                return Some(Ok(r));
+            }
+        }
+    }
+
     /// Write-back: `parent/name`'s dirty data reaches the store before a namespace
     /// operation on it.
     fn settle_name(&self, parent: u64, name: &OsStr) -> Result<()> {
@@ -142,8 +183,12 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::lookup`] on behalf of caller thread `pid` (0: unknown), see [`Fs::open_by`].
     pub fn lookup_by(&self, parent: u64, name: &OsStr, pid: u32) -> Result<Entry> {
-        let e = self.cached_if_gone(|| self.ns.lookup_by(parent, name, pid))?;
-        Ok(self.shown_entry(e))
+        self.shown_stable(
+            || Some(self.cached_if_gone(|| self.ns.lookup_by(parent, name, pid))),
+            |e| (e.ino, &mut e.attr),
+            false,
+        )
+        .unwrap_or(Err(Errno::EIO))
     }
 
     /// Runs a read-only operation; if it failed because the store just went away (ENOTCONN,
@@ -159,14 +204,21 @@ impl<S: Store> Fs<S> {
     /// A lookup the metadata cache answers without any I/O, for the FUSE thread itself;
     /// None when it would need the SSD tier or the backing store.
     pub fn lookup_fast(&self, parent: u64, name: &OsStr, pid: u32) -> Option<Result<Entry>> {
-        let r = self.ns.lookup_fast(parent, name, pid)?;
-        Some(r.map(|e| self.shown_entry(e)))
+        self.shown_stable(
+            || self.ns.lookup_fast(parent, name, pid),
+            |e| (e.ino, &mut e.attr),
+            true,
+        )
     }
 
     /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
     pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, Duration)> {
-        let (a, age) = self.ns.getattr_fast(ino)?;
-        Some((self.shown(ino, a), age))
+        self.shown_stable(
+            || self.ns.getattr_fast(ino).map(Ok),
+            |r| (ino, &mut r.0),
+            true,
+        )?
+        .ok()
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -181,8 +233,12 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
     pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, Duration)> {
-        let (a, age) = self.cached_if_gone(|| self.ns.getattr_aged(ino))?;
-        Ok((self.shown(ino, a), age))
+        self.shown_stable(
+            || Some(self.cached_if_gone(|| self.ns.getattr_aged(ino))),
+            |r| (ino, &mut r.0),
+            false,
+        )
+        .unwrap_or(Err(Errno::EIO))
     }
 
     /// A write by a caller without CAP_FSETID that the kernel marked FUSE_WRITE_KILL_SUIDGID

@@ -89,10 +89,28 @@ impl<S: Store> Namespace<S> {
         if let Some(id) = victim {
             self.meta.drop_attr(id);
             if r.is_ok() {
+                self.unnamed(id, &p, name);
                 self.name_gone(id);
             }
         }
         r
+    }
+
+    /// Our unlink or rename took `parent/name` from object `id`: if that was the name it is
+    /// known by, it has none now (it may still be open). Write-back then writes it through
+    /// instead of journaling it under that path, which a crash would replay into whatever
+    /// holds the name by then (the file a rename put there). A lookup under another name (a
+    /// hard link) gives it that one.
+    pub(crate) fn unnamed(&self, id: Ident, parent: &Arc<Inode<St<S>>>, name: &OsStr) {
+        let Some(i) = self.inodes.by_ident(id) else {
+            return;
+        };
+        let mut o = i.origin.lock();
+        if o.as_ref()
+            .is_some_and(|(p, n)| Arc::ptr_eq(p, parent) && n == name)
+        {
+            *o = None;
+        }
     }
 
     /// With path identities, an object whose name went away (unlink, rmdir) is no longer

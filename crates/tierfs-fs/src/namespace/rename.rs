@@ -39,6 +39,9 @@ impl<S: Store> Namespace<S> {
         }
         self.meta.remove_name(p.id(), name);
         self.meta.remove_name(np.id(), newname);
+        if let Some(v) = victim.filter(|_| !exchange) {
+            self.unnamed(v, &np, newname);
+        }
         // Path identities: what moved takes the identity of its new path.
         let moved_inode = moved.and_then(|id| self.inodes.by_ident(id));
         let mut rekeyed = false;

@@ -58,6 +58,8 @@ pub struct Writeback<S: Store> {
     pub(crate) live: config::WbLive,
     pub(crate) journal: Journal,
     pub(crate) reserve: reserve::Reservations,
+    /// Inodes promised to deferred creates (`writeback.namespace=back`).
+    pub(crate) inodes: reserve::InodeReservations,
     pub(crate) c: stats::WbCounters,
     /// Files with dirty data, by backing identity: the flushers walk it in order (sorted
     /// flushing). Lock order: a file's `dirty` before this.
@@ -161,7 +163,10 @@ impl<S: Store> Writeback<S> {
                 waits: g(&c.ns_waits),
                 wait_ms: g(&c.ns_wait_ms),
             },
-            reserve: self.reserve.stats(),
+            reserve: ReserveStats {
+                reserved_inodes: self.inodes.reserved(),
+                ..self.reserve.stats()
+            },
             journal: Some(self.journal.stats()),
         }
     }

@@ -22,7 +22,7 @@ use crate::shared::{Node, St};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
@@ -46,6 +46,8 @@ pub(crate) enum Job<S: Store> {
         owner: Option<(u32, u32)>,
         /// The owner the object gets (as its provisional attributes say).
         new_owner: (u32, u32),
+        /// Store bytes reserved for it (a directory's first block), given back once applied.
+        reserved: u64,
         at: Instant,
     },
     SetAttr {
@@ -92,6 +94,8 @@ pub(crate) struct NsQueue<S: Store> {
     pub(super) dirs: Mutex<rustc_hash::FxHashMap<Ident, (usize, Attr)>>,
     /// `dirs` is not empty: read without its lock on every directory getattr.
     pub(super) dirs_shadowed: std::sync::atomic::AtomicBool,
+    /// Shadows dropped from `dirs` so far (see `Writeback::unshadowed`).
+    pub(super) unshadowed: AtomicU64,
     /// Group times, ms, the last 256 (for the median and p99 in stats).
     pub(super) group_ms: Mutex<VecDeque<u64>>,
 }
@@ -107,6 +111,7 @@ impl<S: Store> NsQueue<S> {
             in_flight: Mutex::new((0, None)),
             dirs: Mutex::new(Default::default()),
             dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
+            unshadowed: AtomicU64::new(0),
             group_ms: Mutex::new(VecDeque::new()),
         }
     }
@@ -286,7 +291,13 @@ impl<S: Store> Writeback<S> {
         {
             let mut dc = self.nsq.dirs.lock();
             for j in &batch[..failed_at] {
-                if let Job::Create { parent, .. } = j {
+                if let Job::Create {
+                    parent, reserved, ..
+                } = j
+                {
+                    // On the store (or refused): its inode and bytes are counted there now.
+                    self.inodes.release();
+                    self.reserve.release(*reserved);
                     let pid = parent.id();
                     let Some((n, a)) = dc.get_mut(&pid) else {
                         continue;
@@ -294,10 +305,12 @@ impl<S: Store> Writeback<S> {
                     *n -= 1;
                     if *n == 0 {
                         let a = *a;
-                        dc.remove(&pid);
                         if !is_provisional(pid) {
                             // Newer than anything the store was asked before its names
                             // landed: such an answer, arriving late, does not replace it.
+                            // Put before the shadow goes, and the drop counted after:
+                            // a reader that read older attributes sees the count move and
+                            // reads again (`Fs::shown_stable`).
                             self.ns.meta.put_attr(&a, Instant::now());
                         } else if let Some((_, m)) = made.iter_mut().find(|(id, _)| *id == pid) {
                             // Made by this flusher and not published: what its mkdir
@@ -307,6 +320,8 @@ impl<S: Store> Writeback<S> {
                             m.attr.mtime = a.mtime;
                             m.attr.ctime = a.ctime;
                         }
+                        dc.remove(&pid);
+                        self.nsq.unshadowed.fetch_add(1, AcqRel);
                     }
                 }
             }

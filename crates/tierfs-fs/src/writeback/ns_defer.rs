@@ -88,6 +88,27 @@ impl<S: Store> Writeback<S> {
                 mode |= libc::S_ISGID;
             }
         }
+        // Room on the store, as for data (`reserve`): an inode, and a directory's first block.
+        // Without it the create is done on the store, whose errno (ENOSPC, EDQUOT) the call
+        // then returns.
+        let stat = || self.backing_inodes();
+        let stat: &dyn Fn() -> Result<(u64, u64)> = &stat;
+        if !self.inodes.reserve(io.then_some(stat)) {
+            return Ok(None);
+        }
+        let reserved = match kind {
+            FileKind::Dir if io => self.reserve.reserve(0, 1, || self.backing_free()).ok(),
+            FileKind::Dir => self.reserve.try_reserve(0, 1),
+            _ => Some(0),
+        };
+        let Some(reserved) = reserved else {
+            self.inodes.release();
+            return Ok(None);
+        };
+        let unreserve = || {
+            self.inodes.release();
+            self.reserve.release(reserved);
+        };
         let owner = self.ns.owner(req);
         let op = NsOp::Create {
             parent: parent_path,
@@ -106,12 +127,14 @@ impl<S: Store> Writeback<S> {
                 tracing::debug!(
                     "write-back: namespace record not journaled ({e}): done on the store"
                 );
+                unreserve();
                 return Ok(None);
             }
         };
         let (inode, entry) = self
             .ns
-            .add_provisional(p, name, kind, mode, owner_new, seq)?;
+            .add_provisional(p, name, kind, mode, owner_new, seq)
+            .inspect_err(|_| unreserve())?;
         // The directory as the application now sees it: one more link for a directory made
         // in it, its times moved.
         let now = tierfs_store::TimeSpec::now();
@@ -139,6 +162,7 @@ impl<S: Store> Writeback<S> {
             mode,
             owner,
             new_owner: owner_new,
+            reserved,
             at: Instant::now(),
         });
         self.nsq.appended.store(seq, Relaxed);
@@ -240,6 +264,12 @@ impl<S: Store> Writeback<S> {
             .ns_wait_ms
             .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
         r
+    }
+
+    /// How many directory shadows were dropped so far: a reader that saw this move while it
+    /// read a directory's attributes reads them again (`Fs::shown_stable`).
+    pub(crate) fn unshadowed(&self) -> u64 {
+        self.nsq.unshadowed.load(Acquire)
     }
 
     /// Whether a deferred create in directory `dir` is still queued.

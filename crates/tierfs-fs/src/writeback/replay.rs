@@ -54,6 +54,8 @@ impl<S: Store> Writeback<S> {
             // 1 MiB never promised: room for the store's own metadata (extent and indirect
             // blocks) that allocating the reserved blocks may need.
             reserve: super::reserve::Reservations::new(cfg.reserve_chunk, 1 << 20),
+            // Inodes a store's own metadata (a journal, lost+found) may need meanwhile.
+            inodes: super::reserve::InodeReservations::new(64),
             cfg,
             journal,
             c,

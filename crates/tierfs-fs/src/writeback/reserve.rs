@@ -122,13 +122,110 @@ impl Reservations {
         ReserveStats {
             credit_bytes: i.credit,
             reserved_bytes: i.reserved,
+            reserved_inodes: 0,
         }
+    }
+}
+
+/// Inodes for deferred creates (write-back of namespace operations): a create or mkdir is
+/// acknowledged before the store makes the object, so it is deferred only while the store's
+/// free inodes (statfs `f_ffree`, at most `RESTAT` old) exceed those promised to creates not
+/// yet applied, by a margin. Otherwise it is done on the store at once, and a store out of
+/// inodes or over quota fails that very call, with its own errno (ENOSPC, EDQUOT). A store
+/// that reports no inode count (`f_files` 0: btrfs, many network filesystems) limits
+/// nothing here; its bytes are reserved like data (`Reservations`).
+pub struct InodeReservations {
+    inner: Mutex<InodeInner>,
+    margin: u64,
+}
+
+struct InodeInner {
+    /// Free inodes at the last statfs; None: the store does not count them.
+    free: Option<u64>,
+    /// Promised to deferred creates not yet applied.
+    reserved: u64,
+    statted: Option<Instant>,
+}
+
+impl InodeReservations {
+    pub fn new(margin: u64) -> InodeReservations {
+        InodeReservations {
+            inner: Mutex::new(InodeInner {
+                free: None,
+                reserved: 0,
+                statted: None,
+            }),
+            margin,
+        }
+    }
+
+    /// Takes one inode; false when the store may not have it (the create is then done on
+    /// the store). `stat` gives the store's (total, free) inodes; None: it may not be asked
+    /// now (the dispatching thread) and the count is older than `RESTAT`: false.
+    pub fn reserve(&self, stat: Option<&dyn Fn() -> Result<(u64, u64)>>) -> bool {
+        let mut i = self.inner.lock();
+        if i.statted.is_none_or(|t| t.elapsed() >= RESTAT) {
+            let Some(stat) = stat else { return false };
+            match stat() {
+                Ok((files, ffree)) => {
+                    i.free = (files > 0).then_some(ffree);
+                    i.statted = Some(Instant::now());
+                }
+                // Gone or failing: no promise on an unknown count.
+                Err(_) => return false,
+            }
+        }
+        match i.free {
+            Some(f) if f.saturating_sub(self.margin) <= i.reserved => false,
+            _ => {
+                i.reserved += 1;
+                true
+            }
+        }
+    }
+
+    /// A deferred create was applied (or refused): the store's count has it now.
+    pub fn release(&self) {
+        let mut i = self.inner.lock();
+        i.reserved = i.reserved.saturating_sub(1);
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.inner.lock().reserved
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inodes_are_promised_up_to_the_free_count_less_the_margin() {
+        let r = InodeReservations::new(2);
+        let stat = || Ok((100, 5));
+        // 5 free, margin 2: three creates deferred, the fourth done on the store.
+        assert!(r.reserve(Some(&stat)));
+        assert!(r.reserve(None), "within RESTAT the count at hand answers");
+        assert!(r.reserve(None));
+        assert!(!r.reserve(None));
+        r.release();
+        assert!(r.reserve(None));
+        assert_eq!(r.reserved(), 3);
+        // A store without an inode count limits nothing.
+        let r = InodeReservations::new(2);
+        assert!(
+            !r.reserve(None),
+            "never stat'ed: the dispatching thread cannot tell"
+        );
+        let unlimited = || Ok((0, 0));
+        for _ in 0..1000 {
+            assert!(r.reserve(Some(&unlimited)));
+        }
+        // Nor does a store that cannot be asked: no promise.
+        let r = InodeReservations::new(2);
+        let gone = || Err(Errno::ENOTCONN);
+        assert!(!r.reserve(Some(&gone)));
+    }
 
     #[test]
     fn grants_until_the_store_is_full_and_again_after_release() {

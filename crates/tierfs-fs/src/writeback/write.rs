@@ -50,6 +50,13 @@ impl<S: Store> Writeback<S> {
 
     /// Free bytes of the backing store for unprivileged writers (what a write may use), and
     /// its allocation unit.
+    /// The store's (total, free) inodes (statfs).
+    pub(crate) fn backing_inodes(&self) -> Result<(u64, u64)> {
+        let root = self.ns.inode(crate::ROOT_INO)?;
+        let s = self.sh.store.statfs(&self.ns.node(&root)?)?;
+        Ok((s.files, s.ffree))
+    }
+
     pub(crate) fn backing_free(&self) -> Result<(u64, u64)> {
         let root = self.ns.inode(crate::ROOT_INO)?;
         let s = self.sh.store.statfs(&self.ns.node(&root)?)?;
