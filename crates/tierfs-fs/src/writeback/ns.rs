@@ -128,12 +128,6 @@ struct Made<S: Store> {
     dir: Node<S>,
 }
 
-/// How an operation failed.
-enum Failed {
-    /// The store may do it later (it is gone, full, failing): the group stops, the rest waits.
-    Retry(Errno),
-}
-
 /// Errors after which the store may well succeed later: the operation is retried.
 fn transient(e: Errno) -> bool {
     [
@@ -270,7 +264,7 @@ impl<S: Store> Writeback<S> {
         for (k, (job, how)) in batch.iter().zip(&plan).enumerate() {
             match self.apply(job, how, made, &mut dirs) {
                 Ok(()) => upto = Some(job.seq()),
-                Err(Failed::Retry(e)) => {
+                Err(e) => {
                     tracing::warn!(
                         "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
                     );
@@ -342,13 +336,16 @@ impl<S: Store> Writeback<S> {
         self.ns.node(parent)
     }
 
+    /// Applies one operation. Err: the store may do it later (it is gone, full, failing;
+    /// see `transient`): the group stops there and the rest waits. A refusal for good is
+    /// Ok (the object is refused, see `refuse`).
     fn apply(
         &self,
         job: &Job<S>,
         how: &FoldOut,
         made: &mut Vec<(Ident, Made<S>)>,
         dirs: &mut Vec<(Ident, Node<S>)>,
-    ) -> std::result::Result<(), Failed> {
+    ) -> std::result::Result<(), Errno> {
         match job {
             Job::Create {
                 inode,
@@ -377,7 +374,7 @@ impl<S: Store> Writeback<S> {
                 }
                 let pnode = match self.parent_node(parent, made) {
                     Ok(n) => n,
-                    Err(e) if transient(e) => return Err(Failed::Retry(e)),
+                    Err(e) if transient(e) => return Err(e),
                     Err(e) => {
                         self.refuse(prov, name, e);
                         return Ok(());
@@ -432,7 +429,7 @@ impl<S: Store> Writeback<S> {
                         self.c.ns_applied.fetch_add(1, Relaxed);
                         Ok(())
                     }
-                    Err(e) if transient(e) => Err(Failed::Retry(e)),
+                    Err(e) if transient(e) => Err(e),
                     Err(e) => {
                         self.refuse(prov, name, e);
                         Ok(())
@@ -472,7 +469,7 @@ impl<S: Store> Writeback<S> {
                         self.c.ns_applied.fetch_add(1, Relaxed);
                         Ok(())
                     }
-                    Err(e) if transient(e) => Err(Failed::Retry(e)),
+                    Err(e) if transient(e) => Err(e),
                     Err(e) => {
                         // The object is gone (refused, or removed behind our back): nothing
                         // to set.
