@@ -338,7 +338,8 @@ enum Op {
     },
     /// Compare the whole trees now.
     Check,
-    /// Write-back only: every descriptor closed on both sides; once the journal has every
+    /// Write-back only (in one sequence in four; a Check elsewhere): every descriptor closed
+    /// on both sides; once the journal has every
     /// acknowledged operation in its file, `kill -9` of the daemon, a remount on the same
     /// cache directory (the journal replayed: namespace records, then data), and the whole
     /// trees compared. Nothing acknowledged may be lost or changed by the crash.
@@ -1166,7 +1167,10 @@ fn run_case(env: &Env, ops: &[Op], n: u64, tally: &mut Tally) -> Result<(), Stri
     let name = format!("s{n}");
     let mut r = Side::new(env.reference.join(&name), false, env.links_share_ino);
     let mut m = Side::new(env.mnt.join(&name), true, env.links_share_ino);
-    let res = run_sides(&mut r, &mut m, ops, tally, env.crash.as_ref());
+    // A crash and remount costs a quarter of a second in a debug build: one sequence in four
+    // crashes where it draws `CrashReplay` (the others compare the trees there).
+    let crash = env.crash.as_ref().filter(|_| n.is_multiple_of(4));
+    let res = run_sides(&mut r, &mut m, ops, tally, crash);
     // Close everything, then clean up; a failing cleanup of the mount is a finding too.
     r.fds.clear();
     m.fds.clear();
