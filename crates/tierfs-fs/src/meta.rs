@@ -83,6 +83,9 @@ pub struct MetaCache {
     /// asks for it before every write to a file (to clear file capabilities, as for setuid):
     /// one store round trip per write on a network store.
     no_caps: DashMap<Ident, (Instant, i32)>,
+    /// What the store answers for an object without `security.capability` (ENODATA, or
+    /// ENOTSUP for a store without xattrs), once it has answered it: 0 before.
+    caps_absent: std::sync::atomic::AtomicI32,
     /// `meta.ttl`; changes at run time (`tierfs ctl set`).
     ttl: AtomicDuration,
     /// Bound on attribute records plus listing entries (`meta.max_entries`); changes at run
@@ -114,6 +117,7 @@ impl MetaCache {
             dirs: DashMap::new(),
             links: DashMap::new(),
             no_caps: DashMap::new(),
+            caps_absent: std::sync::atomic::AtomicI32::new(0),
             ttl: AtomicDuration::new(ttl),
             max_entries: AtomicUsize::new(max_entries),
             stale_ok: Arc::default(),
@@ -172,11 +176,22 @@ impl MetaCache {
     }
 
     pub fn put_no_caps(&self, id: Ident, errno: i32) {
+        self.caps_absent.store(errno, Relaxed);
         if self.enabled() {
             if self.no_caps.len() >= self.max_entries() {
                 self.no_caps.clear();
             }
             self.no_caps.insert(id, (Instant::now(), errno));
+        }
+    }
+
+    /// Object `id` was just made by us: it has no `security.capability` (only a setxattr
+    /// gives one), so the kernel's question before its first write is answered as the store
+    /// answered it for others, without asking (one round trip per file an untar writes).
+    pub fn made_without_caps(&self, id: Ident) {
+        let e = self.caps_absent.load(Relaxed);
+        if e != 0 {
+            self.put_no_caps(id, e);
         }
     }
 

@@ -499,6 +499,11 @@ impl<S: Store> Fs<S> {
             self.settle_name(parent, name)?;
         }
         let (e, o) = self.data.create(parent, name, mode, flags, req)?;
+        if flags & libc::O_EXCL != 0 {
+            if let Some(i) = self.ns.inodes.get(e.ino) {
+                self.ns.meta.made_without_caps(i.id());
+            }
+        }
         if self.wb().is_some() {
             // Its directory is synced before the journal lets go of its data.
             if let Some(st) = self.ns.inodes.get(e.ino).and_then(|i| i.file.clone()) {

@@ -545,6 +545,7 @@ impl<S: Store> Writeback<S> {
             // which forgetting them here would let in.
             self.ns.meta.learn_name(m.parent.id(), &m.name, &m.attr);
             self.ns.meta.put_attr(&m.attr, now);
+            self.ns.meta.made_without_caps(real);
             self.ns.inodes.hold_node(&m.inode, m.node.clone());
             let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
             self.ns.inodes.rekey(&m.inode, real, &relabel);
