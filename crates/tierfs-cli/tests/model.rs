@@ -1139,18 +1139,9 @@ impl Crash {
             .arg("-uz")
             .arg(&self.mnt)
             .status();
-        let mut cmd = std::process::Command::new("timeout");
-        cmd.arg("60")
-            .arg(tierfs_bin())
-            .arg("mount")
-            .arg(&self.backing)
-            .arg(&self.mnt)
-            .arg("--cache-dir")
-            .arg(&self.cache);
-        for o in &self.opts {
-            cmd.arg("-o").arg(o);
-        }
-        let out = cmd.output().map_err(|e| format!("run tierfs mount: {e}"))?;
+        let out = mount_command(self.backing.as_os_str(), &self.mnt, &self.cache, &self.opts)
+            .output()
+            .map_err(|e| format!("run tierfs mount: {e}"))?;
         if !out.status.success() || !is_mounted(&self.mnt) {
             return Err(format!(
                 "remount after the crash failed: {}",

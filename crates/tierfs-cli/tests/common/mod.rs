@@ -123,16 +123,7 @@ impl BinMount {
     /// `tierfs mount SOURCE MNT` with this mount's cache dir, `-o` options and extra
     /// environment: SOURCE other than BACKING, such as an `s3://` URL.
     pub fn mount_source(&self, source: &std::ffi::OsStr, opts: &[&str], env: &[(&str, &str)]) {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("30")
-            .arg(tierfs_bin())
-            .arg("mount")
-            .arg(source)
-            .arg(&self.mnt);
-        cmd.arg("--cache-dir").arg(&self.cache);
-        for o in opts {
-            cmd.arg("-o").arg(o);
-        }
+        let mut cmd = mount_command(source, &self.mnt, &self.cache, opts);
         cmd.envs(env.iter().copied());
         let out = cmd.output().expect("run tierfs mount");
         assert!(
@@ -243,6 +234,27 @@ impl Drop for BinMount {
 }
 
 /// `tierfs stats --json MNT`, parsed.
+/// `tierfs mount SOURCE MNT --cache-dir CACHE -o ...` under a 30-second `timeout`.
+pub fn mount_command(
+    source: &std::ffi::OsStr,
+    mnt: &Path,
+    cache: &Path,
+    opts: &[impl AsRef<std::ffi::OsStr>],
+) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("30")
+        .arg(tierfs_bin())
+        .arg("mount")
+        .arg(source)
+        .arg(mnt)
+        .arg("--cache-dir")
+        .arg(cache);
+    for o in opts {
+        cmd.arg("-o").arg(o);
+    }
+    cmd
+}
+
 pub fn stats_of(mnt: &Path) -> serde_json::Value {
     let out = Command::new("timeout")
         .arg("20")
