@@ -29,10 +29,11 @@ from cgroup import ReaderCgroup
 
 PROFILES = ["hdd", "nfs-lan", "sshfs"]
 # The sshfs profile (a real sshfs mount, bench/lib/sshstore.py) compares these contenders only:
-# the store, tierfs with its default options and with the suite's read-mostly tuning, rclone.
-SSHFS_CONTENDERS = ["store", "tierfs-default", "tierfs", "rclone"]
-SSHFS_ONLY = "the sshfs profile compares the store, tierfs (default options and tuned) and " \
-             "rclone only"
+# the store, tierfs with its default options and with the suite's read-mostly tuning (and
+# write-back, in the workloads that write), rclone.
+SSHFS_CONTENDERS = ["store", "tierfs-default", "tierfs", "tierfs-wb", "rclone"]
+SSHFS_ONLY = "the sshfs profile compares the store, tierfs (default options, tuned, and " \
+             "write-back where it writes) and rclone only"
 # The default job list (no WORKLOAD given): every workload on hdd; on nfs-lan the two whose
 # cost is dominated by per-request latency rather than by seeks (the small-file grep and the
 # write job + untar). --quick: hdd only. See bench/README.md for the time budget.
