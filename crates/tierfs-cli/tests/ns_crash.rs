@@ -242,6 +242,9 @@ fn ctx<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
 
 /// The writer: random operations on the tree under `root` until `killed`. The model is shared
 /// so that what the kill interrupts is in it (recorded before each call is made).
+/// Numbers the names the writers make, across rounds.
+static NAME_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn writer(
     root: PathBuf,
     m: Arc<Mutex<Model>>,
@@ -270,7 +273,11 @@ fn writer(
                 format!("{d}/{n}")
             }
         };
-        let new_name = |r: &mut Rng, m: &Model| format!("n{}-{}", m.next_id, r.below(1000));
+        // Never a name of an earlier round (ids start again each round: `n57-123` of round 3
+        // and of round 17 collided once, and mkdir said EEXIST, rightly).
+        let new_name = |r: &mut Rng, _: &Model| {
+            format!("n{}-{}", NAME_SEQ.fetch_add(1, SeqCst), r.below(1000))
+        };
         let choice = r.below(100);
         let shallow: Vec<&String> = dirs.iter().filter(|d| d.matches('/').count() < 3).collect();
         if choice < 12 {
