@@ -107,7 +107,7 @@ impl<S: Store> Namespace<S> {
         };
         let mut o = i.origin.lock();
         if o.as_ref()
-            .is_some_and(|(p, n)| Arc::ptr_eq(p, parent) && n == name)
+            .is_some_and(|(p, n)| p.ino == parent.ino && n == name)
         {
             *o = None;
         }
