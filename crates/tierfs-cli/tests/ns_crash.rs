@@ -97,6 +97,14 @@ fn apply(n: &mut BTreeMap<String, u64>, op: &NsOp) {
 }
 
 impl Model {
+    /// A new object of the model: its id.
+    fn add(&mut self, obj: Obj) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.objs.insert(id, obj);
+        id
+    }
+
     fn names_at(&self, k: usize) -> BTreeMap<String, u64> {
         let mut n = self.start.clone();
         for op in &self.ops[..k] {
@@ -275,28 +283,22 @@ fn writer(
         };
         // Never a name of an earlier round (ids start again each round: `n57-123` of round 3
         // and of round 17 collided once, and mkdir said EEXIST, rightly).
-        let new_name = |r: &mut Rng, _: &Model| {
-            format!("n{}-{}", NAME_SEQ.fetch_add(1, SeqCst), r.below(1000))
-        };
+        let new_name =
+            |r: &mut Rng| format!("n{}-{}", NAME_SEQ.fetch_add(1, SeqCst), r.below(1000));
         let choice = r.below(100);
         let shallow: Vec<&String> = dirs.iter().filter(|d| d.matches('/').count() < 3).collect();
         if choice < 12 {
             // mkdir, as tar does: a directory, then (later) files in it.
             let d = shallow[r.below(shallow.len())];
+            let p = join(d, &format!("d{}", new_name(r)));
             let mut g = m.lock().unwrap();
-            let p = join(d, &format!("d{}", new_name(r, &g)));
-            let id = g.next_id;
-            g.next_id += 1;
-            g.objs.insert(
-                id,
-                Obj {
-                    dir: true,
-                    data: Vec::new(),
-                    mode: 0o755,
-                    synced: None,
-                    mode_loose: false,
-                },
-            );
+            let id = g.add(Obj {
+                dir: true,
+                data: Vec::new(),
+                mode: 0o755,
+                synced: None,
+                mode_loose: false,
+            });
             g.push(NsOp::Add(p.clone(), id));
             drop(g);
             return ctx("mkdir", std::fs::create_dir(root.join(&p)));
@@ -315,20 +317,15 @@ fn writer(
             let data = seeded_bytes(r.next(), len);
             let mode = [0o644, 0o600, 0o755, 0o640][r.below(4)];
             let sync = r.below(4) == 0;
+            let p = join(d, &format!("f{}", new_name(r)));
             let mut g = m.lock().unwrap();
-            let p = join(d, &format!("f{}", new_name(r, &g)));
-            let id = g.next_id;
-            g.next_id += 1;
-            g.objs.insert(
-                id,
-                Obj {
-                    dir: false,
-                    data: data.clone(),
-                    mode,
-                    synced: None,
-                    mode_loose: true,
-                },
-            );
+            let id = g.add(Obj {
+                dir: false,
+                data: data.clone(),
+                mode,
+                synced: None,
+                mode_loose: true,
+            });
             g.push(NsOp::Add(p.clone(), id));
             drop(g);
             let mut f = ctx(
@@ -361,11 +358,8 @@ fn writer(
         if choice < 62 {
             // rename, within or across directories
             let d = &dirs[r.below(dirs.len())];
-            let mut g = m.lock().unwrap();
-            let to = join(d, &format!("r{}", new_name(r, &g)));
-            g.next_id += 1;
-            g.push(NsOp::Move(f.clone(), to.clone()));
-            drop(g);
+            let to = join(d, &format!("r{}", new_name(r)));
+            m.lock().unwrap().push(NsOp::Move(f.clone(), to.clone()));
             return ctx("rename", std::fs::rename(root.join(&f), root.join(&to)));
         }
         if choice < 70 {
@@ -453,22 +447,17 @@ fn namespace_writeback_survives_kill9() {
             // The model starts from what BACKING holds now.
             let mut model = Model::default();
             for (p, v) in &carried {
-                let id = model.next_id;
-                model.next_id += 1;
                 let (dir, data, mode) = match v {
                     None => (true, Vec::new(), 0o755),
                     Some((d, md)) => (false, d.clone(), *md),
                 };
-                model.objs.insert(
-                    id,
-                    Obj {
-                        dir,
-                        synced: (!dir).then(|| data.clone()),
-                        data,
-                        mode,
-                        mode_loose: false,
-                    },
-                );
+                let id = model.add(Obj {
+                    dir,
+                    synced: (!dir).then(|| data.clone()),
+                    data,
+                    mode,
+                    mode_loose: false,
+                });
                 model.start.insert(p.clone(), id);
                 model.cur.insert(p.clone(), id);
             }

@@ -7,8 +7,11 @@
 
 use super::Fs;
 use crate::data::OpenReply;
+use crate::inode::Inode;
 use crate::namespace::{is_provisional, Entry, Requester};
+use crate::shared::St;
 use std::ffi::OsStr;
+use std::sync::Arc;
 use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 impl<S: Store> Fs<S> {
@@ -99,7 +102,8 @@ impl<S: Store> Fs<S> {
             .transpose()
     }
 
-    /// [`Fs::setattr`] of a provisional object (not a size change): deferred.
+    /// [`Fs::setattr`] of a provisional object (not a size change): deferred (None: not
+    /// deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
         let wb = self.wb()?;
         let i = self.ns.inodes.get(ino)?;
@@ -123,25 +127,15 @@ impl<S: Store> Fs<S> {
         self.wb()?.flush_fast(ino)
     }
 
-    /// An attribute change of a provisional object, deferred (not a size change), or None.
-    /// A size change of one waits for it to be on the store.
-    pub(super) fn setattr_deferred(&self, ino: u64, set: &SetAttr) -> Result<Option<Attr>> {
-        let Some(wb) = self.wb() else { return Ok(None) };
-        let i = self.ns.inode(ino)?;
-        if !is_provisional(i.id()) {
-            if i.kind == FileKind::Dir && wb.creates_queued_in(i.id()) {
-                // Names still on their way into it would move its times after this.
-                wb.drain_ns()?;
-            }
-            return Ok(None);
+    /// Before an attribute change done on the store (not deferred by [`Fs::setattr_fast`]):
+    /// a provisional object (a size change of it) waits to be on the store, and a directory
+    /// for the names still on their way into it, which would move its times after this.
+    pub(super) fn before_setattr(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
+        let Some(wb) = self.wb() else { return Ok(()) };
+        if is_provisional(i.id()) || (i.kind == FileKind::Dir && wb.creates_queued_in(i.id())) {
+            wb.drain_ns()?;
         }
-        match wb.setattr_deferred(&i, set)? {
-            Some(a) => Ok(Some(self.ns.with_ino(&i, a))),
-            None => {
-                wb.drain_ns()?;
-                Ok(None)
-            }
-        }
+        Ok(())
     }
 
     /// An open of a provisional file: no store request (a read that needs the store waits

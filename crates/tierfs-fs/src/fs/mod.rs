@@ -268,6 +268,9 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
+        if let Some(r) = self.setattr_fast(ino, set) {
+            return r;
+        }
         let i = self.ns.inode(ino)?;
         if let Some(wb) = self.wb() {
             if set.size.is_some() {
@@ -280,9 +283,7 @@ impl<S: Store> Fs<S> {
                 wb.note_dirty_mtime(&i, m);
             }
         }
-        if let Some(a) = self.setattr_deferred(ino, set)? {
-            return Ok(self.shown(ino, a));
-        }
+        self.before_setattr(&i)?;
         let a = self.data.setattr(&i, fh, set)?;
         if let (Some(_), Some(fh)) = (self.wb(), fh) {
             if set.size.is_some() && self.sh.store.publishes_at_sync() {
@@ -405,18 +406,12 @@ impl<S: Store> Fs<S> {
     /// none, and the kernel's `security.capability` before each write or chown is cached
     /// (`meta.ttl`). None: ask the store.
     pub fn getxattr_fast(&self, ino: u64, name: &OsStr) -> Option<Errno> {
-        if let Some(e) = self.xattr_provisional(ino) {
-            return Some(e);
-        }
-        if name.as_encoded_bytes() != b"security.capability" {
-            return None;
-        }
-        let i = self.ns.inodes.get(ino)?;
-        self.ns.meta.no_caps(i.id()).map(Errno)
+        self.xattr_provisional(ino)
+            .or_else(|| self.ns.caps_cached(ino, name))
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
-        if let Some(e) = self.xattr_provisional(ino) {
+        if let Some(e) = self.getxattr_fast(ino, name) {
             return Err(e);
         }
         self.ns.getxattr(ino, name)
@@ -499,14 +494,12 @@ impl<S: Store> Fs<S> {
             self.settle_name(parent, name)?;
         }
         let (e, o) = self.data.create(parent, name, mode, flags, req)?;
-        if flags & libc::O_EXCL != 0 {
-            if let Some(i) = self.ns.inodes.get(e.ino) {
+        if let Some(i) = self.ns.inodes.get(e.ino) {
+            if flags & libc::O_EXCL != 0 {
                 self.ns.meta.made_without_caps(i.id());
             }
-        }
-        if self.wb().is_some() {
-            // Its directory is synced before the journal lets go of its data.
-            if let Some(st) = self.ns.inodes.get(e.ino).and_then(|i| i.file.clone()) {
+            if let (Some(_), Some(st)) = (self.wb(), &i.file) {
+                // Its directory is synced before the journal lets go of its data.
                 st.created.store(true, Release);
             }
         }

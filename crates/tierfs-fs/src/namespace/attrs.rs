@@ -59,16 +59,22 @@ impl<S: Store> Namespace<S> {
         self.sh.store.statfs(&self.node(&r)?)
     }
 
+    /// `security.capability`, asked by the kernel before every write and chown: the answer
+    /// the cache holds within `meta.ttl` (none), like attributes. None for any other name.
+    pub(crate) fn caps_cached(&self, ino: u64, name: &OsStr) -> Option<Errno> {
+        if name.as_encoded_bytes() != b"security.capability" {
+            return None;
+        }
+        let i = self.inodes.get(ino)?;
+        self.meta.no_caps(i.id()).map(Errno)
+    }
+
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
-        // Asked by the kernel before every write (see `MetaCache::has_no_caps`): answered
-        // from the cache within `meta.ttl`, like attributes.
-        let caps = name.as_encoded_bytes() == b"security.capability";
-        if caps {
-            if let Some(e) = self.meta.no_caps(i.id()) {
-                return Err(Errno(e));
-            }
+        if let Some(e) = self.caps_cached(ino, name) {
+            return Err(e);
         }
+        let caps = name.as_encoded_bytes() == b"security.capability";
         let r = self.sh.store.getxattr(&self.node(&i)?, name);
         match r {
             Err(e) if caps && (e == Errno::ENODATA || e == Errno::ENOTSUP) => {

@@ -69,6 +69,32 @@ impl<S: Store> Job<S> {
             Job::Create { inode, .. } | Job::SetAttr { inode, .. } => inode,
         }
     }
+    /// What `ns_fold` needs to know of it.
+    fn fold_in(&self) -> FoldIn {
+        match self {
+            Job::Create {
+                inode,
+                kind,
+                mode,
+                new_owner,
+                ..
+            } => FoldIn::Create {
+                id: inode.id(),
+                kind: *kind,
+                mode: *mode,
+                owner: *new_owner,
+            },
+            Job::SetAttr { inode, set, .. } => FoldIn::SetAttr {
+                id: inode.id(),
+                set: *set,
+                dirty: inode
+                    .file
+                    .as_ref()
+                    .is_some_and(|st| st.has_dirty.load(Acquire)),
+            },
+        }
+    }
+
     pub(super) fn at(&self) -> Instant {
         match self {
             Job::Create { at, .. } | Job::SetAttr { at, .. } => *at,
@@ -234,33 +260,7 @@ impl<S: Store> Writeback<S> {
         let mut dirs: Vec<(Ident, Node<S>)> = Vec::new();
         let mut upto = None;
         let mut failed_at = batch.len();
-        let plan = super::ns_fold::fold(
-            &batch
-                .iter()
-                .map(|j| match j {
-                    Job::Create {
-                        inode,
-                        kind,
-                        mode,
-                        new_owner,
-                        ..
-                    } => FoldIn::Create {
-                        id: inode.id(),
-                        kind: *kind,
-                        mode: *mode,
-                        owner: *new_owner,
-                    },
-                    Job::SetAttr { inode, set, .. } => FoldIn::SetAttr {
-                        id: inode.id(),
-                        set: *set,
-                        dirty: inode
-                            .file
-                            .as_ref()
-                            .is_some_and(|st| st.has_dirty.load(Acquire)),
-                    },
-                })
-                .collect::<Vec<_>>(),
-        );
+        let plan = super::ns_fold::fold(&batch.iter().map(Job::fold_in).collect::<Vec<_>>());
         for (k, (job, how)) in batch.iter().zip(&plan).enumerate() {
             match self.apply(job, how, made, &mut dirs) {
                 Ok(()) => upto = Some(job.seq()),

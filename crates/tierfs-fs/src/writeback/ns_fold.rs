@@ -132,6 +132,19 @@ mod tests {
         s
     }
 
+    fn create(id: Ident, kind: FileKind, mode: u32) -> FoldIn {
+        FoldIn::Create {
+            id,
+            kind,
+            mode,
+            owner: (0, 0),
+        }
+    }
+
+    fn attr(id: Ident, set: SetAttr, dirty: bool) -> FoldIn {
+        FoldIn::SetAttr { id, set, dirty }
+    }
+
     fn mtime() -> Option<TimeUpdate> {
         Some(TimeUpdate::Set(TimeSpec { sec: 5, nsec: 0 }))
     }
@@ -139,30 +152,17 @@ mod tests {
     #[test]
     fn tar_file_is_one_create() {
         let jobs = [
-            FoldIn::Create {
-                id: X,
-                kind: FileKind::File,
-                mode: 0o600,
-                owner: (0, 0),
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.mtime = mtime()),
-                dirty: true,
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| {
+            create(X, FileKind::File, 0o600),
+            attr(X, set(|s| s.mtime = mtime()), true),
+            attr(
+                X,
+                set(|s| {
                     s.uid = Some(0);
                     s.gid = Some(0)
                 }),
-                dirty: true,
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.mode = Some(0o644)),
-                dirty: true,
-            },
+                true,
+            ),
+            attr(X, set(|s| s.mode = Some(0o644)), true),
         ];
         assert_eq!(
             fold(&jobs),
@@ -180,27 +180,10 @@ mod tests {
         // An empty file keeps its mtime change; a real chown stays, and the chmod after it
         // too (chown clears setuid: order matters).
         let jobs = [
-            FoldIn::Create {
-                id: X,
-                kind: FileKind::File,
-                mode: 0o600,
-                owner: (0, 0),
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.mtime = mtime()),
-                dirty: false,
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.uid = Some(1000)),
-                dirty: false,
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.mode = Some(0o644)),
-                dirty: false,
-            },
+            create(X, FileKind::File, 0o600),
+            attr(X, set(|s| s.mtime = mtime()), false),
+            attr(X, set(|s| s.uid = Some(1000)), false),
+            attr(X, set(|s| s.mode = Some(0o644)), false),
         ];
         let out = fold(&jobs);
         assert_eq!(out[0], FoldOut::Create { mode: 0o600 });
@@ -215,33 +198,11 @@ mod tests {
     #[test]
     fn setuid_and_setgid_are_never_folded() {
         let jobs = [
-            FoldIn::Create {
-                id: X,
-                kind: FileKind::File,
-                mode: 0o600,
-                owner: (0, 0),
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.mode = Some(0o4755)),
-                dirty: true,
-            },
-            FoldIn::SetAttr {
-                id: X,
-                set: set(|s| s.uid = Some(0)),
-                dirty: true,
-            },
-            FoldIn::Create {
-                id: Y,
-                kind: FileKind::Dir,
-                mode: 0o2755,
-                owner: (0, 0),
-            },
-            FoldIn::SetAttr {
-                id: Y,
-                set: set(|s| s.mode = Some(0o755)),
-                dirty: false,
-            },
+            create(X, FileKind::File, 0o600),
+            attr(X, set(|s| s.mode = Some(0o4755)), true),
+            attr(X, set(|s| s.uid = Some(0)), true),
+            create(Y, FileKind::Dir, 0o2755),
+            attr(Y, set(|s| s.mode = Some(0o755)), false),
         ];
         let out = fold(&jobs);
         assert_eq!(out[0], FoldOut::Create { mode: 0o600 });
@@ -259,11 +220,7 @@ mod tests {
 
     #[test]
     fn setattr_of_an_object_made_in_an_earlier_group_is_kept() {
-        let jobs = [FoldIn::SetAttr {
-            id: X,
-            set: set(|s| s.mode = Some(0o644)),
-            dirty: true,
-        }];
+        let jobs = [attr(X, set(|s| s.mode = Some(0o644)), true)];
         assert_eq!(
             fold(&jobs),
             vec![FoldOut::SetAttr(Some(set(|s| s.mode = Some(0o644))))]

@@ -48,18 +48,20 @@ impl<S: Store> Writeback<S> {
         None
     }
 
-    /// Free bytes of the backing store for unprivileged writers (what a write may use), and
-    /// its allocation unit.
-    /// The store's (total, free) inodes (statfs).
-    pub(crate) fn backing_inodes(&self) -> Result<(u64, u64)> {
+    fn backing_statfs(&self) -> Result<tierfs_store::StatFs> {
         let root = self.ns.inode(crate::ROOT_INO)?;
-        let s = self.sh.store.statfs(&self.ns.node(&root)?)?;
-        Ok((s.files, s.ffree))
+        self.sh.store.statfs(&self.ns.node(&root)?)
     }
 
+    /// The store's (total, free) inodes.
+    pub(crate) fn backing_inodes(&self) -> Result<(u64, u64)> {
+        self.backing_statfs().map(|s| (s.files, s.ffree))
+    }
+
+    /// Free bytes of the backing store for unprivileged writers (what a write may use), and
+    /// its allocation unit.
     pub(crate) fn backing_free(&self) -> Result<(u64, u64)> {
-        let root = self.ns.inode(crate::ROOT_INO)?;
-        let s = self.sh.store.statfs(&self.ns.node(&root)?)?;
+        let s = self.backing_statfs()?;
         let unit = s.frsize.max(1) as u64;
         Ok((s.bavail.saturating_mul(unit), unit))
     }
