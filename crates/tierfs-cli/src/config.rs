@@ -344,6 +344,7 @@ impl Config {
         "writeback.fsync",
         "writeback.close",
         "writeback.namespace",
+        "writeback.namespace_delay",
         "writeback.flushers",
         "writeback.dirty_hard",
         "writeback.dirty_soft",
@@ -421,6 +422,7 @@ impl Config {
             }
             .into(),
             "writeback.namespace" => if wb.namespace_back { "back" } else { "sync" }.into(),
+            "writeback.namespace_delay" => format_duration(wb.namespace_delay),
             "writeback.flushers" => wb.flushers.to_string(),
             "writeback.dirty_hard" => format_size(wb.dirty_hard),
             "writeback.dirty_soft" => format_size(wb.dirty_soft),
@@ -528,6 +530,12 @@ impl Config {
                         "back" => true,
                         "sync" => false,
                         _ => bail!("must be back or sync"),
+                    }
+                }
+                "writeback.namespace_delay" => {
+                    self.wb.namespace_delay = parse_duration(value)?;
+                    if self.wb.namespace_delay > Duration::from_secs(3600) {
+                        bail!("must be at most 1h");
                     }
                 }
                 "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,

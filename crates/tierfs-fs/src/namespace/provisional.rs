@@ -59,6 +59,11 @@ pub struct Provisional<T: Store> {
     changed: Condvar,
     /// `objs.len()`, read without the lock.
     count: AtomicUsize,
+    /// `failed` is not empty, read without the lock (the data flushers ask of every dirty
+    /// file whether it failed).
+    any_failed: AtomicBool,
+    /// Threads in [`Provisional::wait`]: the namespace flusher stops gathering for them.
+    waiters: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -82,6 +87,8 @@ impl<T: Store> Provisional<T> {
             }),
             changed: Condvar::new(),
             count: AtomicUsize::new(0),
+            any_failed: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         }
     }
@@ -148,23 +155,34 @@ impl<T: Store> Provisional<T> {
     /// refused it (a conflict), or the mount is going away.
     pub fn wait(&self, id: Ident) -> Result<()> {
         let mut g = self.inner.lock();
-        loop {
+        self.waiters.fetch_add(1, Relaxed);
+        let r = loop {
             if let Some(e) = g.failed.get(&id) {
-                return Err(*e);
+                break Err(*e);
             }
             if !g.objs.contains_key(&id) {
-                return Ok(());
+                break Ok(());
             }
             if self.stop.load(Relaxed) {
-                return Err(Errno::EIO);
+                break Err(Errno::EIO);
             }
             self.changed.wait_for(&mut g, Duration::from_millis(100));
-        }
+        };
+        self.waiters.fetch_sub(1, Relaxed);
+        r
+    }
+
+    /// Someone waits for an object to be made on the store.
+    pub fn awaited(&self) -> bool {
+        self.waiters.load(Relaxed) > 0
     }
 
     /// The error the store gave for `id`, if it refused to make it.
     pub fn failure(&self, id: Ident) -> Option<Errno> {
         if !is_provisional(id) {
+            return None;
+        }
+        if !self.any_failed.load(Relaxed) {
             return None;
         }
         self.inner.lock().failed.get(&id).copied()
@@ -201,6 +219,7 @@ impl<T: Store> Provisional<T> {
             }
         }
         g.failed.insert(old, e);
+        self.any_failed.store(true, Relaxed);
         self.count.store(g.objs.len(), Relaxed);
         drop(g);
         self.changed.notify_all();

@@ -54,6 +54,9 @@ pub struct WbConfig {
     /// Namespace operations of new objects (create, mkdir, their setattrs) are journaled
     /// and acknowledged before the store has them (`writeback.namespace=back`).
     pub namespace_back: bool,
+    /// How long deferred namespace operations may gather before the namespace flusher
+    /// applies them while more keep coming (`writeback.namespace_delay`); zero: at once.
+    pub namespace_delay: Duration,
 }
 
 impl Default for WbConfig {
@@ -72,6 +75,7 @@ impl Default for WbConfig {
             reserve_chunk: 256 << 20,
             retry_max: Duration::from_secs(30),
             namespace_back: true,
+            namespace_delay: Duration::from_secs(5),
         }
     }
 }

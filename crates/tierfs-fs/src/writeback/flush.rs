@@ -73,7 +73,7 @@ impl<S: Store> Writeback<S> {
 
     /// A file whose create is deferred and not on the store yet: the namespace flusher makes
     /// it first (a file the store refused is not waiting: its data goes to `lost/`).
-    fn waits_for_create(&self, i: &Inode<St<S>>) -> bool {
+    pub(super) fn waits_for_create(&self, i: &Inode<St<S>>) -> bool {
         let id = i.id();
         crate::namespace::is_provisional(id) && self.ns.prov.failure(id).is_none()
     }

@@ -18,6 +18,7 @@ mod ns;
 mod ns_defer;
 mod ns_fold;
 mod ns_lost;
+mod ns_queue;
 mod ns_record;
 mod ns_replay;
 mod replay;
@@ -78,7 +79,7 @@ pub struct Writeback<S: Store> {
     /// next flush group instead of being uploaded or staged again.
     pub(crate) held: Mutex<std::collections::HashMap<(u64, u64), crate::shared::Handle<S>>>,
     /// Deferred namespace operations on their way to the namespace flusher (see `ns`).
-    pub(crate) nsq: ns::NsQueue<S>,
+    pub(crate) nsq: ns_queue::NsQueue<S>,
     /// The journal's directory (its `lost/` keeps what the store refused).
     pub(crate) dir: std::path::PathBuf,
 }

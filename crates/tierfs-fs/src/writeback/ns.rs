@@ -12,136 +12,20 @@
 //! unlink, a create where the cache cannot tell the name is free) waits for the flusher
 //! first (`drain`).
 
-use super::ns_fold::{FoldIn, FoldOut};
+use super::ns_fold::FoldOut;
+use super::ns_queue::{Job, GROUP_MAX};
 use super::Writeback;
 use crate::identity::Ident;
 use crate::inode::Inode;
 use crate::meta::ident;
-use crate::namespace::{is_provisional, Entry};
+use crate::namespace::is_provisional;
 use crate::shared::{Node, St};
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
-use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
-
-/// Most records one group applies before its directories are synced and a DONE recorded.
-const GROUP_MAX: usize = 1024;
-
-/// A deferred create's object: its inode and the entry the kernel is given.
-pub(crate) type NewObject<S> = (Arc<Inode<St<S>>>, Entry);
-
-/// One deferred operation, in journal order.
-pub(crate) enum Job<S: Store> {
-    Create {
-        seq: u64,
-        inode: Arc<Inode<St<S>>>,
-        parent: Arc<Inode<St<S>>>,
-        name: OsString,
-        kind: FileKind,
-        mode: u32,
-        owner: Option<(u32, u32)>,
-        /// The owner the object gets (as its provisional attributes say).
-        new_owner: (u32, u32),
-        /// Store bytes reserved for it (a directory's first block), given back once applied.
-        reserved: u64,
-        at: Instant,
-    },
-    SetAttr {
-        seq: u64,
-        inode: Arc<Inode<St<S>>>,
-        set: SetAttr,
-        at: Instant,
-    },
-}
-
-impl<S: Store> Job<S> {
-    pub(super) fn seq(&self) -> u64 {
-        match self {
-            Job::Create { seq, .. } | Job::SetAttr { seq, .. } => *seq,
-        }
-    }
-    pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
-        match self {
-            Job::Create { inode, .. } | Job::SetAttr { inode, .. } => inode,
-        }
-    }
-    /// What `ns_fold` needs to know of it.
-    fn fold_in(&self) -> FoldIn {
-        match self {
-            Job::Create {
-                inode,
-                kind,
-                mode,
-                new_owner,
-                ..
-            } => FoldIn::Create {
-                id: inode.id(),
-                kind: *kind,
-                mode: *mode,
-                owner: *new_owner,
-            },
-            Job::SetAttr { inode, set, .. } => FoldIn::SetAttr {
-                id: inode.id(),
-                set: *set,
-                dirty: inode
-                    .file
-                    .as_ref()
-                    .is_some_and(|st| st.has_dirty.load(Acquire)),
-            },
-        }
-    }
-
-    pub(super) fn at(&self) -> Instant {
-        match self {
-            Job::Create { at, .. } | Job::SetAttr { at, .. } => *at,
-        }
-    }
-}
-
-/// The queue between the operations and the namespace flusher.
-pub(crate) struct NsQueue<S: Store> {
-    pub(super) q: Mutex<VecDeque<Job<S>>>,
-    /// Wakes the flusher (paired with `q`).
-    pub(super) wake: Condvar,
-    /// The last NS record appended, and the last one applied (its DONE recorded).
-    pub(super) appended: AtomicU64,
-    pub(super) applied: Mutex<u64>,
-    pub(super) applied_cv: Condvar,
-    /// Taken by the flusher and not yet applied: counted as pending, with the oldest's age.
-    pub(super) in_flight: Mutex<(usize, Option<Instant>)>,
-    /// Per directory, the creates in it deferred and not yet applied, and the directory's
-    /// attributes as the application sees them meanwhile (one more link per directory made
-    /// in it, its times moved): shown instead of what the store or the metadata cache says
-    /// (`shadow_dir_attr`), which does not have them yet.
-    pub(super) dirs: Mutex<rustc_hash::FxHashMap<Ident, (usize, Attr)>>,
-    /// `dirs` is not empty: read without its lock on every directory getattr.
-    pub(super) dirs_shadowed: std::sync::atomic::AtomicBool,
-    /// Shadows dropped from `dirs` so far (see `Writeback::unshadowed`).
-    pub(super) unshadowed: AtomicU64,
-    /// Group times, ms, the last 256 (for the median and p99 in stats).
-    pub(super) group_ms: Mutex<VecDeque<u64>>,
-}
-
-impl<S: Store> NsQueue<S> {
-    pub(crate) fn new() -> NsQueue<S> {
-        NsQueue {
-            q: Mutex::new(VecDeque::new()),
-            wake: Condvar::new(),
-            appended: AtomicU64::new(0),
-            applied: Mutex::new(0),
-            applied_cv: Condvar::new(),
-            in_flight: Mutex::new((0, None)),
-            dirs: Mutex::new(Default::default()),
-            dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
-            unshadowed: AtomicU64::new(0),
-            group_ms: Mutex::new(VecDeque::new()),
-        }
-    }
-}
+use tierfs_store::{Attr, Errno, FileKind, Result, Store};
 
 /// What the namespace flusher made on the store and has not published yet.
 struct Made<S: Store> {
@@ -195,6 +79,10 @@ impl<S: Store> Writeback<S> {
                         return;
                     }
                     wb.nsq.wake.wait_for(&mut q, Duration::from_millis(200));
+                    continue;
+                }
+                if let Some(wait) = wb.gather_wait(&q) {
+                    wb.nsq.wake.wait_for(&mut q, wait);
                     continue;
                 }
                 let n = q.len().min(GROUP_MAX);
@@ -516,6 +404,7 @@ impl<S: Store> Writeback<S> {
             }
         }
         let mut kept: Vec<(Ident, Made<S>)> = Vec::new();
+        let before = made.len();
         for (prov, m) in made.drain(..) {
             let parent_waits = kept.iter().any(|(id, _)| *id == m.parent.id());
             if queued.contains(&prov) || parent_waits {
@@ -552,6 +441,11 @@ impl<S: Store> Writeback<S> {
             self.ns.prov.materialized(prov, real);
         }
         drop(q);
+        let published = kept.len() < before;
         *made = kept;
+        if published {
+            // Their data is the data flushers' now (writes to them did not wake them).
+            self.notify();
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! setattr made provisional and journaled, and the waits for the namespace flusher (before an
 //! operation that is not deferred, an fsync, unmount).
 
-use super::ns::{Job, NewObject};
+use super::ns_queue::{Job, NewObject};
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::identity::Ident;
@@ -12,7 +12,7 @@ use crate::namespace::{is_provisional, ProvLookup, Requester};
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::Record;
@@ -167,8 +167,12 @@ impl<S: Store> Writeback<S> {
         });
         self.nsq.appended.store(seq, Relaxed);
         self.c.ns_deferred.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
         drop(q);
-        self.nsq.wake.notify_one();
+        if first {
+            // Later ones do not wake it: it lets them gather (`gather_wait`).
+            self.nsq.wake.notify_one();
+        }
         Ok(Some((inode, entry)))
     }
 
@@ -234,8 +238,11 @@ impl<S: Store> Writeback<S> {
         });
         self.nsq.appended.store(seq, Relaxed);
         self.c.ns_deferred.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
         drop(q);
-        self.nsq.wake.notify_one();
+        if first {
+            self.nsq.wake.notify_one();
+        }
         Ok(Some(attr))
     }
 
@@ -247,6 +254,7 @@ impl<S: Store> Writeback<S> {
         if *g >= target {
             return Ok(());
         }
+        self.nsq.urgent.fetch_max(target, AcqRel);
         let t = Instant::now();
         let mut r = Ok(());
         while *g < target {
@@ -294,6 +302,7 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn drain_ns_for(&self, limit: Duration) -> bool {
         let target = self.nsq.appended.load(Acquire);
         let deadline = Instant::now() + limit;
+        self.nsq.urgent.fetch_max(target, AcqRel);
         let mut g = self.nsq.applied.lock();
         while *g < target {
             if Instant::now() >= deadline {

@@ -67,7 +67,7 @@ impl<S: Store> Writeback<S> {
             threads: Default::default(),
             rate: Mutex::new((Instant::now(), 0, 0)),
             held: Mutex::new(Default::default()),
-            nsq: super::ns::NsQueue::new(),
+            nsq: super::ns_queue::NsQueue::new(),
             dir: dir.to_path_buf(),
         });
         wb.spawn_ns_flusher()

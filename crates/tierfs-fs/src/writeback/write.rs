@@ -211,14 +211,21 @@ impl<S: Store> Writeback<S> {
                 self.c.inline_writes.fetch_add(1, Relaxed);
             }
             st.has_dirty.store(true, Release);
+            let mut wake = false;
             if was_clean {
                 let key = st.journal_key;
                 if self.files.lock().insert(key, of.inode.clone()).is_none() {
                     self.c.dirty_files.fetch_add(1, Relaxed);
                 }
+                // A file already dirty is known to the flushers, and one whose create is
+                // deferred is theirs once published (`publish` wakes them): no wake-up of
+                // every flusher per write, each walking the dirty files for nothing.
+                wake = !self.waits_for_create(&of.inode);
             }
             drop(g);
-            self.notify();
+            if wake {
+                self.notify();
+            }
             return Ok(Ok(len as u32));
         }
     }

@@ -1,0 +1,171 @@
+//! The queue between the namespace operations that write-back defers (`ns_defer`) and the
+//! namespace flusher (`ns`), and when the flusher takes a group from it (`gather_wait`).
+
+use super::ns_fold::FoldIn;
+use super::Writeback;
+use crate::identity::Ident;
+use crate::inode::Inode;
+use crate::namespace::Entry;
+use crate::shared::St;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering::Acquire};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tierfs_store::{Attr, FileKind, SetAttr, Store};
+
+/// Most records one group applies before its directories are synced and a DONE recorded.
+pub(super) const GROUP_MAX: usize = 1024;
+
+/// A burst of operations is over when none came for this long: the flusher starts then,
+/// without waiting out `writeback.namespace_delay`.
+const QUIET: Duration = Duration::from_millis(100);
+
+/// Queued operations at which the flusher stops gathering (bounds what a crash replays and
+/// what the provisional table holds).
+const GATHER_MAX: usize = 64 * GROUP_MAX;
+
+/// How often a gathering flusher looks whether someone waits for a provisional object
+/// (`Provisional::wait` cannot wake it: the namespace does not know write-back).
+const GATHER_POLL: Duration = Duration::from_millis(10);
+
+/// A deferred create's object: its inode and the entry the kernel is given.
+pub(crate) type NewObject<S> = (Arc<Inode<St<S>>>, Entry);
+
+/// One deferred operation, in journal order.
+pub(crate) enum Job<S: Store> {
+    Create {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        name: OsString,
+        kind: FileKind,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        /// The owner the object gets (as its provisional attributes say).
+        new_owner: (u32, u32),
+        /// Store bytes reserved for it (a directory's first block), given back once applied.
+        reserved: u64,
+        at: Instant,
+    },
+    SetAttr {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        set: SetAttr,
+        at: Instant,
+    },
+}
+
+impl<S: Store> Job<S> {
+    pub(super) fn seq(&self) -> u64 {
+        match self {
+            Job::Create { seq, .. } | Job::SetAttr { seq, .. } => *seq,
+        }
+    }
+    pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
+        match self {
+            Job::Create { inode, .. } | Job::SetAttr { inode, .. } => inode,
+        }
+    }
+    /// What `ns_fold` needs to know of it.
+    pub(super) fn fold_in(&self) -> FoldIn {
+        match self {
+            Job::Create {
+                inode,
+                kind,
+                mode,
+                new_owner,
+                ..
+            } => FoldIn::Create {
+                id: inode.id(),
+                kind: *kind,
+                mode: *mode,
+                owner: *new_owner,
+            },
+            Job::SetAttr { inode, set, .. } => FoldIn::SetAttr {
+                id: inode.id(),
+                set: *set,
+                dirty: inode
+                    .file
+                    .as_ref()
+                    .is_some_and(|st| st.has_dirty.load(Acquire)),
+            },
+        }
+    }
+
+    pub(super) fn at(&self) -> Instant {
+        match self {
+            Job::Create { at, .. } | Job::SetAttr { at, .. } => *at,
+        }
+    }
+}
+
+/// The queue between the operations and the namespace flusher.
+pub(crate) struct NsQueue<S: Store> {
+    pub(super) q: Mutex<VecDeque<Job<S>>>,
+    /// Wakes the flusher (paired with `q`).
+    pub(super) wake: Condvar,
+    /// The last NS record appended, and the last one applied (its DONE recorded).
+    pub(super) appended: AtomicU64,
+    pub(super) applied: Mutex<u64>,
+    pub(super) applied_cv: Condvar,
+    /// The highest seq someone waits for (a drain): the flusher gathers no longer.
+    pub(super) urgent: AtomicU64,
+    /// Taken by the flusher and not yet applied: counted as pending, with the oldest's age.
+    pub(super) in_flight: Mutex<(usize, Option<Instant>)>,
+    /// Per directory, the creates in it deferred and not yet applied, and the directory's
+    /// attributes as the application sees them meanwhile (one more link per directory made
+    /// in it, its times moved): shown instead of what the store or the metadata cache says
+    /// (`shadow_dir_attr`), which does not have them yet.
+    pub(super) dirs: Mutex<rustc_hash::FxHashMap<Ident, (usize, Attr)>>,
+    /// `dirs` is not empty: read without its lock on every directory getattr.
+    pub(super) dirs_shadowed: std::sync::atomic::AtomicBool,
+    /// Shadows dropped from `dirs` so far (see `Writeback::unshadowed`).
+    pub(super) unshadowed: AtomicU64,
+    /// Group times, ms, the last 256 (for the median and p99 in stats).
+    pub(super) group_ms: Mutex<VecDeque<u64>>,
+}
+
+impl<S: Store> NsQueue<S> {
+    pub(crate) fn new() -> NsQueue<S> {
+        NsQueue {
+            q: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            appended: AtomicU64::new(0),
+            applied: Mutex::new(0),
+            applied_cv: Condvar::new(),
+            urgent: AtomicU64::new(0),
+            in_flight: Mutex::new((0, None)),
+            dirs: Mutex::new(Default::default()),
+            dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
+            unshadowed: AtomicU64::new(0),
+            group_ms: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl<S: Store> Writeback<S> {
+    /// How long the flusher lets queued operations gather before it takes a group, None:
+    /// take it now. While an untar or a build keeps creating, the flusher and the store it
+    /// drives (its CPU, on a small machine) stay out of the application's way, and a group
+    /// holds more names per directory sync; as Linux holds dirty pages for
+    /// `dirty_expire_centisecs` and rclone uploads after `--vfs-write-back`. Nothing waits
+    /// for it that asked not to: a drain (fsync, sync, a rename, unmount) or a wait for a
+    /// provisional object ends it at once, and a burst ends it after [`QUIET`].
+    pub(super) fn gather_wait(&self, q: &VecDeque<Job<S>>) -> Option<Duration> {
+        let delay = self.cfg.namespace_delay;
+        let (first, last) = (q.front()?, q.back()?);
+        if delay.is_zero()
+            || q.len() >= GATHER_MAX
+            || self.stop.load(Acquire)
+            || self.nsq.urgent.load(Acquire) >= first.seq()
+            || self.ns.prov.awaited()
+        {
+            return None;
+        }
+        let quiet_left = QUIET.checked_sub(last.at().elapsed())?;
+        let age_left = delay.checked_sub(first.at().elapsed())?;
+        Some(quiet_left.min(age_left).min(GATHER_POLL))
+    }
+}
