@@ -77,6 +77,11 @@ fn names_of(
 
 pub struct MetaCache {
     attrs: DashMap<Ident, (Attr, Instant)>,
+    /// Objects one of our own operations changed (a name made or removed in a directory,
+    /// a write), and when: attributes the store was asked for before that are older than
+    /// the change and are not kept, even when they arrive after it (a getattr in flight
+    /// while a create lands, a refresh started before the next create).
+    changed: DashMap<Ident, Instant>,
     dirs: DashMap<Ident, Listing>,
     links: DashMap<Ident, (OsString, Attr)>,
     /// Objects the store said have no `security.capability` attribute, and when. The kernel
@@ -114,6 +119,7 @@ impl MetaCache {
         MetaCache {
             path_identity,
             attrs: DashMap::new(),
+            changed: DashMap::new(),
             dirs: DashMap::new(),
             links: DashMap::new(),
             no_caps: DashMap::new(),
@@ -217,8 +223,15 @@ impl MetaCache {
         if !self.enabled() {
             return;
         }
+        let id = ident(attr);
+        if let Some(t) = self.changed.get(&id).map(|t| *t) {
+            if at < t {
+                return;
+            }
+            self.changed.remove_if(&id, |_, t| *t <= at);
+        }
         self.make_room();
-        let mut e = self.attrs.entry(ident(attr)).or_insert((*attr, at));
+        let mut e = self.attrs.entry(id).or_insert((*attr, at));
         if e.1 <= at {
             *e = (*attr, at);
         }
@@ -235,8 +248,18 @@ impl MetaCache {
         }
     }
 
+    /// Forgets `id`'s attributes: one of our own operations changed them just now.
     pub fn drop_attr(&self, id: Ident) {
         self.attrs.remove(&id);
+        if self.changed.len() >= self.max_entries() {
+            // Only fetches in flight need the record: a minute is ample.
+            self.changed
+                .retain(|_, t| t.elapsed() < Duration::from_secs(60));
+            if self.changed.len() >= self.max_entries() / 2 {
+                self.changed.clear();
+            }
+        }
+        self.changed.insert(id, Instant::now());
     }
 
     pub fn lookup(&self, dir: Ident, name: &OsStr) -> NameLookup {
@@ -355,7 +378,7 @@ impl MetaCache {
         }
         self.put_attr(attr, Instant::now());
         // The directory's own mtime/ctime moved.
-        self.attrs.remove(&dir);
+        self.drop_attr(dir);
     }
 
     /// A lookup in the backing store found `name` in `dir`: a listing we hold gets it, if it
@@ -381,9 +404,9 @@ impl MetaCache {
         });
         if let Some(c) = removed {
             // Its link count and ctime changed.
-            self.attrs.remove(&c.id);
+            self.drop_attr(c.id);
         }
-        self.attrs.remove(&dir);
+        self.drop_attr(dir);
         removed
     }
 
@@ -401,7 +424,7 @@ impl MetaCache {
     /// Forgets what we know of `dir`'s names (an operation whose effect we cannot follow).
     pub fn drop_listing(&self, dir: Ident) {
         self.dirs.remove(&dir);
-        self.attrs.remove(&dir);
+        self.drop_attr(dir);
     }
 
     /// Symlink target, valid while the link's attributes are unchanged.
@@ -439,5 +462,72 @@ impl MetaCache {
             self.dirs.clear();
             self.links.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierfs_store::{FileKind, TimeSpec};
+
+    fn dir(ino: u64, mtime: i64) -> Attr {
+        let t = TimeSpec {
+            sec: mtime,
+            nsec: 0,
+        };
+        Attr {
+            dev: 1,
+            ino,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 4096,
+            blocks: 8,
+            blksize: 4096,
+            atime: t,
+            mtime: t,
+            ctime: t,
+        }
+    }
+
+    #[test]
+    fn attributes_asked_for_before_our_change_are_not_kept() {
+        let m = MetaCache::new(Duration::from_secs(60), 1000, false);
+        let d = dir(5, 100);
+        m.put_listing(ident(&d), &[], Instant::now());
+        m.put_attr(&d, Instant::now());
+        // A getattr goes out, then a create of ours lands in the directory, then the
+        // getattr's (older) answer arrives.
+        let asked = Instant::now();
+        let child = Attr {
+            ino: 6,
+            kind: FileKind::File,
+            ..dir(6, 101)
+        };
+        m.add_name(ident(&d), OsStr::new("f"), &child);
+        assert!(m.attr(ident(&d)).is_none(), "our create changed its times");
+        assert_eq!(m.put_attr_fetched(&d, asked).mtime.sec, 100);
+        assert!(
+            m.attr(ident(&d)).is_none(),
+            "an answer asked for before our create must not be cached"
+        );
+        // Asked for after it: kept.
+        let newer = dir(5, 101);
+        m.put_attr_fetched(&newer, Instant::now());
+        assert_eq!(m.attr(ident(&d)).map(|(a, _)| a.mtime.sec), Some(101));
+        // And the record of the change is gone with it.
+        assert!(m.changed.is_empty());
+    }
+
+    #[test]
+    fn change_records_stay_bounded() {
+        let m = MetaCache::new(Duration::from_secs(60), 100, false);
+        for i in 0..1000 {
+            m.drop_attr((1, i));
+        }
+        assert!(m.changed.len() <= 100, "{}", m.changed.len());
     }
 }
