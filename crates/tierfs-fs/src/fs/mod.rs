@@ -310,7 +310,7 @@ impl<S: Store> Fs<S> {
         req: Requester,
     ) -> Result<Entry> {
         self.drain_ns()?;
-        self.dir_changed(self.ns.mknod(parent, name, mode, rdev, req), &[parent])
+        self.ns.mknod(parent, name, mode, rdev, req)
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
@@ -318,7 +318,7 @@ impl<S: Store> Fs<S> {
             return Ok(e);
         }
         self.drain_ns()?;
-        self.dir_changed(self.ns.mkdir(parent, name, mode, req), &[parent])
+        self.ns.mkdir(parent, name, mode, req)
     }
 
     pub fn symlink(
@@ -329,25 +329,24 @@ impl<S: Store> Fs<S> {
         req: Requester,
     ) -> Result<Entry> {
         self.drain_ns()?;
-        self.dir_changed(self.ns.symlink(parent, name, target, req), &[parent])
+        self.ns.symlink(parent, name, target, req)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
         self.drain_ns()?;
         self.settle_file(ino)?;
-        let e = self.dir_changed(self.ns.link(ino, newparent, newname), &[newparent])?;
-        Ok(self.shown_entry(e))
+        Ok(self.shown_entry(self.ns.link(ino, newparent, newname)?))
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
         self.drain_ns()?;
         self.settle_name(parent, name)?;
-        self.dir_changed(self.ns.unlink(parent, name), &[parent])
+        self.ns.unlink(parent, name)
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         self.drain_ns()?;
-        self.dir_changed(self.ns.rmdir(parent, name), &[parent])
+        self.ns.rmdir(parent, name)
     }
 
     pub fn rename(
@@ -362,25 +361,7 @@ impl<S: Store> Fs<S> {
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
         self.settle_name(newparent, newname)?;
-        let r = self.ns.rename(parent, name, newparent, newname, flags);
-        self.dir_changed(r, &[parent, newparent])
-    }
-
-    /// After `r`, one of our operations on names in `dirs`: the kernel drops their
-    /// attributes and asks for them again before its next lookup in them, to check
-    /// permissions (`default_permissions`): once per file of an untar. Asked for now in the
-    /// background, they are in the metadata cache by then, and that lookup costs no store
-    /// round trip (over sshfs, one of the 13 per untarred file).
-    fn dir_changed<T>(&self, r: Result<T>, dirs: &[u64]) -> Result<T> {
-        if r.is_ok() {
-            for (k, &d) in dirs.iter().enumerate() {
-                if !dirs[..k].contains(&d) && self.ns.refresh_wanted(d) {
-                    let ns = self.ns.clone();
-                    self.data.ra_pool.spawn(move || ns.refresh_attr(d));
-                }
-            }
-        }
-        r
+        self.ns.rename(parent, name, newparent, newname, flags)
     }
 
     // ---------------------------------------------------------------- directories
@@ -512,8 +493,7 @@ impl<S: Store> Fs<S> {
             // An existing file is truncated: its dirty data first (see `open_by`).
             self.settle_name(parent, name)?;
         }
-        let (e, o) =
-            self.dir_changed(self.data.create(parent, name, mode, flags, req), &[parent])?;
+        let (e, o) = self.data.create(parent, name, mode, flags, req)?;
         if let Some(i) = self.ns.inodes.get(e.ino) {
             if flags & libc::O_EXCL != 0 {
                 self.ns.meta.made_without_caps(i.id());

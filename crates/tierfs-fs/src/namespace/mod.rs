@@ -70,9 +70,6 @@ pub(crate) struct Namespace<S: Store> {
     as_root: bool,
     /// Names created by write-back that the store does not have yet (see `provisional`).
     pub prov: Provisional<St<S>>,
-    /// Directories whose attributes a background refresh is queued for (see
-    /// [`Namespace::refresh_wanted`]).
-    refresh_queued: dashmap::DashSet<u64>,
 }
 
 impl<S: Store> Namespace<S> {
@@ -93,7 +90,6 @@ impl<S: Store> Namespace<S> {
             // SAFETY: geteuid has no preconditions.
             as_root: unsafe { libc::geteuid() } == 0,
             prov: Provisional::new(),
-            refresh_queued: dashmap::DashSet::new(),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());
@@ -443,27 +439,6 @@ impl<S: Store> Namespace<S> {
             self.sh.observe_fetched(st, &attr, fetched);
         }
         Ok(newest)
-    }
-
-    /// Whether a background refresh of directory `ino`'s attributes should be queued after
-    /// one of our operations changed its names: not when one is queued and not started
-    /// (it will see this change too), nor without a metadata cache to put it in.
-    pub(crate) fn refresh_wanted(&self, ino: u64) -> bool {
-        self.meta.enabled()
-            && self
-                .inodes
-                .get(ino)
-                .is_some_and(|i| !is_provisional(i.id()))
-            && self.refresh_queued.insert(ino)
-    }
-
-    /// The queued refresh of `ino`'s attributes (see `Fs::dir_changed`): asked for now,
-    /// so fetched after the change that queued it; a change after this starts queues another.
-    pub(crate) fn refresh_attr(&self, ino: u64) {
-        self.refresh_queued.remove(&ino);
-        if let Some(i) = self.inodes.get(ino) {
-            let _ = self.fetch_attr(&i);
-        }
     }
 
     /// The attributes of `i` as the store names them (its identity, not the kernel's inode
