@@ -345,6 +345,7 @@ impl Config {
         "writeback.close",
         "writeback.namespace",
         "writeback.namespace_delay",
+        "writeback.namespace_quiet",
         "writeback.flushers",
         "writeback.dirty_hard",
         "writeback.dirty_soft",
@@ -423,6 +424,7 @@ impl Config {
             .into(),
             "writeback.namespace" => if wb.namespace_back { "back" } else { "sync" }.into(),
             "writeback.namespace_delay" => format_duration(wb.namespace_delay),
+            "writeback.namespace_quiet" => format_duration(wb.namespace_quiet),
             "writeback.flushers" => wb.flushers.to_string(),
             "writeback.dirty_hard" => format_size(wb.dirty_hard),
             "writeback.dirty_soft" => format_size(wb.dirty_soft),
@@ -535,6 +537,12 @@ impl Config {
                 "writeback.namespace_delay" => {
                     self.wb.namespace_delay = parse_duration(value)?;
                     if self.wb.namespace_delay > Duration::from_secs(3600) {
+                        bail!("must be at most 1h");
+                    }
+                }
+                "writeback.namespace_quiet" => {
+                    self.wb.namespace_quiet = parse_duration(value)?;
+                    if self.wb.namespace_quiet > Duration::from_secs(3600) {
                         bail!("must be at most 1h");
                     }
                 }

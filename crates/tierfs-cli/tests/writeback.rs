@@ -1634,3 +1634,79 @@ fn a_full_cache_device_gives_enospc_and_recovers_without_hand_work() {
         std::fs::remove_file(filler).unwrap();
     });
 }
+
+/// Namespace write-back: a listing of a directory with deferred names shows them at once and
+/// does not wait for the namespace flusher (`ls` or `sync -f DIR` right after an untar);
+/// fsync of the directory does, and then the store has them. The namespace flusher is held
+/// back (`writeback.namespace_delay` and `namespace_quiet` of an hour), so nothing deferred
+/// reaches the store unless something waits for it, and `writeback.namespace.waits` counts
+/// the operations that did.
+#[test]
+fn listings_show_deferred_names_without_waiting_for_the_flusher() {
+    let m = BinMount::new(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    // A directory the store has (made and published before the deferred names go in).
+    std::fs::create_dir(backing.join("old")).unwrap();
+    std::fs::write(backing.join("old/on-store"), b"x").unwrap();
+    let (root_names, old_names, new_names, waited) =
+        with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+            let (mnt, backing) = (mnt.clone(), backing.clone());
+            move || {
+                let names = |d: &Path| -> Vec<String> {
+                    let mut v: Vec<String> = std::fs::read_dir(d)
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                        .collect();
+                    v.sort();
+                    v
+                };
+                // Listed once before, so the metadata cache has their store listings and
+                // can vouch that the new names are free (what lets a create be deferred).
+                assert_eq!(names(&mnt), ["old"]);
+                assert_eq!(names(&mnt.join("old")), ["on-store"]);
+                std::fs::create_dir(mnt.join("new")).unwrap();
+                for k in 0..20 {
+                    std::fs::write(mnt.join(format!("new/f{k:02}")), b"data").unwrap();
+                    std::fs::write(mnt.join(format!("old/g{k:02}")), b"data").unwrap();
+                }
+                let waits = || n(&stats_of(&mnt), "writeback.namespace.waits");
+                let before = waits();
+                let r = names(&mnt);
+                let o = names(&mnt.join("old"));
+                let nw = names(&mnt.join("new"));
+                let waited = waits() - before;
+                let early = backing.join("old/g00").exists() || backing.join("new").exists();
+                // fsync(dir) waits for every deferred name before it.
+                File::open(mnt.join("new")).unwrap().sync_all().unwrap();
+                assert!(!early, "the flusher ran though nothing waited for it");
+                (r, o, nw, waited)
+            }
+        });
+    let want_new: Vec<String> = (0..20).map(|k| format!("f{k:02}")).collect();
+    let mut want_old: Vec<String> = (0..20).map(|k| format!("g{k:02}")).collect();
+    want_old.push("on-store".into());
+    want_old.sort();
+    assert!(root_names.contains(&"new".to_string()), "{root_names:?}");
+    assert_eq!(
+        new_names, want_new,
+        "a provisional directory lists its names"
+    );
+    assert_eq!(
+        old_names, want_old,
+        "the store's names and the deferred ones"
+    );
+    assert_eq!(waited, 0, "the listings waited for the namespace flusher");
+    // The drain covers every name deferred before the fsync, in either directory.
+    for k in 0..20 {
+        for p in [format!("new/f{k:02}"), format!("old/g{k:02}")] {
+            assert!(
+                backing.join(&p).exists(),
+                "{p} not on the store after fsync(new)"
+            );
+        }
+    }
+}

@@ -369,7 +369,12 @@ impl<S: Store> Fs<S> {
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
     /// stay valid while the directory changes.
     pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
-        // A listing comes from the store: the names deferred so far must be there.
+        if self.wb().is_some() && !self.ns.prov.is_empty() {
+            // Names deferred so far are listed from the provisional table with the store's
+            // (only creates of new objects and their setattrs are deferred: every name the
+            // store lists is still there), instead of waiting for the flusher.
+            return self.cached_if_gone(|| self.ns.opendir_with_provisional(ino));
+        }
         self.drain_ns()?;
         self.cached_if_gone(|| self.ns.opendir(ino))
     }

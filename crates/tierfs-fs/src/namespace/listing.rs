@@ -2,7 +2,7 @@
 //! entry's attributes), kept in the metadata cache and the SSD tier, and the directory
 //! handles readdir pages through.
 
-use super::{DirEntryOut, Namespace};
+use super::{is_provisional, DirEntryOut, Namespace};
 use crate::inode::Inode;
 use crate::meta::ident;
 use crate::shared::{meta_key, Listed, St};
@@ -160,6 +160,45 @@ impl<S: Store> Namespace<S> {
         if i.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
         }
+        let listing = self.listing_of(&i)?;
+        Ok(self.dir_open(&i, listing))
+    }
+
+    /// [`Namespace::opendir`] of a directory that may hold names write-back deferred
+    /// (`writeback::ns`): the store's listing (none for a directory that is provisional
+    /// itself) and the provisional names, with no wait for the namespace flusher (`ls` right
+    /// after an untar). The provisional names are taken first: a name made before this call
+    /// and published since is in the store's listing by then (the flusher makes an object
+    /// on the store before it publishes it), so none is missed; a name in both is listed
+    /// once, with the provisional inode (the one the published name has too).
+    pub fn opendir_with_provisional(&self, ino: u64) -> Result<DirOpen> {
+        let i = self.inode(ino)?;
+        if i.kind != FileKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let prov = self.prov.children(i.id());
+        let mut listing = if is_provisional(i.id()) {
+            Vec::new()
+        } else {
+            self.listing_of(&i)?
+        };
+        if !prov.is_empty() {
+            let names: rustc_hash::FxHashSet<&OsString> = prov.iter().map(|(n, _)| n).collect();
+            listing.retain(|(n, _, _)| !names.contains(n));
+        }
+        listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino)));
+        let fh = self.add_dir_handle(i.ino, listing);
+        Ok(DirOpen {
+            fh,
+            cache: self.meta.enabled(),
+            // Its names change without the listing's version moving.
+            keep_cache: false,
+        })
+    }
+
+    /// A directory's names as (name, kind, kernel inode): from the metadata cache (or the
+    /// SSD tier), else from the store.
+    fn listing_of(&self, i: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, FileKind, u64)>> {
         if !self.meta.has_listing(i.id()) {
             self.restore_listing(&i, false);
         }
@@ -181,7 +220,7 @@ impl<S: Store> Namespace<S> {
                 })
                 .collect(),
         };
-        Ok(self.dir_open(&i, listing))
+        Ok(listing)
     }
 
     /// A directory handle for `listing`, and what the kernel may do with its copy.

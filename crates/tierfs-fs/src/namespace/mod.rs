@@ -96,6 +96,11 @@ impl<S: Store> Namespace<S> {
         ns
     }
 
+    /// The daemon runs as root: it may write any file whatever its mode.
+    pub(crate) fn as_root(&self) -> bool {
+        self.as_root
+    }
+
     /// A new store answers at BACKING (see `health`): the root is the new one, and every
     /// other node held from before is let go, to be resolved again by name when needed.
     pub(crate) fn reset_nodes(&self) {

@@ -134,6 +134,19 @@ impl<T: Store> Provisional<T> {
         }
     }
 
+    /// The provisional names in directory `parent` (provisional or not), with their inodes.
+    pub fn children(&self, parent: Ident) -> Vec<(OsString, Arc<Inode<T>>)> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let g = self.inner.lock();
+        g.names
+            .iter()
+            .filter(|((p, _), _)| *p == parent)
+            .filter_map(|((_, n), id)| g.objs.get(id).map(|o| (n.clone(), o.inode.clone())))
+            .collect()
+    }
+
     /// The attributes of provisional object `id` (None: not, or no longer, provisional).
     pub fn attr(&self, id: Ident) -> Option<Attr> {
         if !is_provisional(id) {

@@ -57,6 +57,9 @@ pub struct WbConfig {
     /// How long deferred namespace operations may gather before the namespace flusher
     /// applies them while more keep coming (`writeback.namespace_delay`); zero: at once.
     pub namespace_delay: Duration,
+    /// A burst of namespace operations is over when none came for this long: the flusher
+    /// starts then (`writeback.namespace_quiet`).
+    pub namespace_quiet: Duration,
 }
 
 impl Default for WbConfig {
@@ -76,6 +79,7 @@ impl Default for WbConfig {
             retry_max: Duration::from_secs(30),
             namespace_back: true,
             namespace_delay: Duration::from_secs(5),
+            namespace_quiet: Duration::from_millis(100),
         }
     }
 }

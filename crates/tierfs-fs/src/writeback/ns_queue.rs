@@ -18,10 +18,6 @@ use tierfs_store::{Attr, FileKind, SetAttr, Store};
 /// Most records one group applies before its directories are synced and a DONE recorded.
 pub(super) const GROUP_MAX: usize = 1024;
 
-/// A burst of operations is over when none came for this long: the flusher starts then,
-/// without waiting out `writeback.namespace_delay`.
-const QUIET: Duration = Duration::from_millis(100);
-
 /// Queued operations at which the flusher stops gathering (bounds what a crash replays and
 /// what the provisional table holds).
 const GATHER_MAX: usize = 64 * GROUP_MAX;
@@ -152,7 +148,8 @@ impl<S: Store> Writeback<S> {
     /// holds more names per directory sync; as Linux holds dirty pages for
     /// `dirty_expire_centisecs` and rclone uploads after `--vfs-write-back`. Nothing waits
     /// for it that asked not to: a drain (fsync, sync, a rename, unmount) or a wait for a
-    /// provisional object ends it at once, and a burst ends it after [`QUIET`].
+    /// provisional object ends it at once, and the end of a burst (`writeback.namespace_quiet`
+    /// without one) too.
     pub(super) fn gather_wait(&self, q: &VecDeque<Job<S>>) -> Option<Duration> {
         let delay = self.cfg.namespace_delay;
         let (first, last) = (q.front()?, q.back()?);
@@ -164,7 +161,7 @@ impl<S: Store> Writeback<S> {
         {
             return None;
         }
-        let quiet_left = QUIET.checked_sub(last.at().elapsed())?;
+        let quiet_left = self.cfg.namespace_quiet.checked_sub(last.at().elapsed())?;
         let age_left = delay.checked_sub(first.at().elapsed())?;
         Some(quiet_left.min(age_left).min(GATHER_POLL))
     }
