@@ -200,19 +200,19 @@ impl<S: Store> Namespace<S> {
     /// SSD tier), else from the store.
     fn listing_of(&self, i: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, FileKind, u64)>> {
         if !self.meta.has_listing(i.id()) {
-            self.restore_listing(&i, false);
+            self.restore_listing(i, false);
         }
-        let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(&i) {
+        let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(i) {
             Some(l) => l,
             None if self.meta.enabled() => self
-                .list_dir(&i)?
+                .list_dir(i)?
                 .iter()
                 .map(|(name, a)| (name.clone(), a.kind, self.inodes.kernel_ino(a)))
                 .collect(),
             None => self
                 .sh
                 .store
-                .readdir(&self.node(&i)?)?
+                .readdir(&self.node(i)?)?
                 .into_iter()
                 .map(|e| {
                     let ino = self.inodes.kernel_ino_of_ident((e.dev, e.ino));
