@@ -191,6 +191,15 @@ pub const RAM_MIN_BLOCKS: u64 = 8;
 /// to the clock must not overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// [`parse_duration`] of a tunable with a smaller bound than [`MAX_DURATION`].
+fn parse_duration_upto(s: &str, max: Duration) -> Result<Duration> {
+    let d = parse_duration(s)?;
+    if d > max {
+        bail!("must be at most {}", format_duration(max));
+    }
+    Ok(d)
+}
+
 /// "1s", "500ms", "2m", "1h", "7d", "0", "1.5" (seconds) -> Duration, at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let t = s.trim();
@@ -535,16 +544,10 @@ impl Config {
                     }
                 }
                 "writeback.namespace_delay" => {
-                    self.wb.namespace_delay = parse_duration(value)?;
-                    if self.wb.namespace_delay > Duration::from_secs(3600) {
-                        bail!("must be at most 1h");
-                    }
+                    self.wb.namespace_delay = parse_duration_upto(value, Duration::from_secs(3600))?
                 }
                 "writeback.namespace_quiet" => {
-                    self.wb.namespace_quiet = parse_duration(value)?;
-                    if self.wb.namespace_quiet > Duration::from_secs(3600) {
-                        bail!("must be at most 1h");
-                    }
+                    self.wb.namespace_quiet = parse_duration_upto(value, Duration::from_secs(3600))?
                 }
                 "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,
                 "writeback.dirty_hard" => {
