@@ -549,11 +549,9 @@ fn serve(
     let _ = std::fs::remove_file(&socket);
     // Every written byte to the backing store before we exit (and the journal closed).
     fs.shutdown_writeback();
-    if let Some(ssd) = fs.ssd() {
-        // Pending clusters written and the index checkpointed: the next mount starts warm
-        // without scanning the log.
-        ssd.shutdown();
-    }
+    // Pending clusters written and the index checkpointed: the next mount starts warm
+    // without scanning the log, and trusts this session's listings if nothing was left.
+    fs.close_ssd();
     tracing::info!("unmounted {}", mountpoint.display());
     r.context("FUSE session")
 }

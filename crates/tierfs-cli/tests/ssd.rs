@@ -957,3 +957,147 @@ fn fill_cap_and_hot_set_survive_cold_scan() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// 6. Listings after a remount
+// ---------------------------------------------------------------------------------------------
+
+/// What `stat` shows of every entry under `root` (relative path -> mode, size, nlink, mtime).
+fn stat_tree(root: &Path) -> std::collections::BTreeMap<String, (u32, u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let p = rel.join(e.file_name());
+            let md = std::fs::symlink_metadata(root.join(&p)).unwrap();
+            if md.is_dir() {
+                todo.push(p.clone());
+            }
+            let (mode, size, nlink) = (md.mode(), md.size(), md.nlink());
+            out.insert(
+                p.to_string_lossy().into_owned(),
+                (
+                    mode,
+                    if md.is_dir() { 0 } else { size },
+                    nlink,
+                    md.mtime(),
+                    md.mtime_nsec(),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// The read-mostly tuning (`meta.ttl=1h,meta.cto=off`) trusts a directory's listing for an
+/// hour from when it was listed, and the SSD tier keeps listings across a remount. After a
+/// clean remount, a tree walk (`find` + `stat`) lists from the store again only the
+/// directories whose entries changed through tierfs (a chmod, an append, a create inside a
+/// subdirectory, a utimes) or hold a hard-linked file, and shows every entry exactly as the
+/// store has it; after `kill -9` (drops of records may be lost) it lists every directory it
+/// walks again, and still shows the store's attributes.
+#[test]
+fn listings_after_a_remount_answer_lookups_but_never_from_before_a_change() {
+    const OPTS: &[&str] = &["meta.ttl=1h", "meta.cto=off"];
+    let m = BinMount::unmounted_in(Path::new(TMP));
+    let mnt = m.mnt.clone();
+    with_timeout(Duration::from_secs(240), vec![mnt.clone()], move || {
+        let b = &m.backing;
+        for d in 0..8 {
+            for f in 0..20 {
+                std::fs::create_dir_all(b.join(format!("d{d}/sub"))).unwrap();
+                std::fs::write(b.join(format!("d{d}/f{f}")), vec![b'x'; 100 + f]).unwrap();
+            }
+        }
+        // A hard link between d6 and d7: either directory's record cannot be kept current
+        // when the file changes through the other name.
+        std::fs::hard_link(b.join("d6/f1"), b.join("d7/h1")).unwrap();
+        settle();
+        let walk = |label: &str| {
+            // Directories changed less than `RACY_WINDOW` ago are not persisted.
+            settle();
+            let before = m.stats();
+            let seen = stat_tree(&mnt);
+            let want = stat_tree(b);
+            for (p, w) in &want {
+                let got = seen
+                    .get(p)
+                    .unwrap_or_else(|| panic!("{label}: {p} missing"));
+                // Directories' times are the store's business (its mtime moves with a
+                // create); files must match in everything.
+                if p.contains('f') || p.contains('h') {
+                    assert_eq!(
+                        got, w,
+                        "{label}: {p}: (mode, size, nlink, mtime) through the mount vs the store"
+                    );
+                }
+            }
+            assert_eq!(seen.len(), want.len(), "{label}");
+            let after = m.stats();
+            n(&after, "meta_listings") - n(&before, "meta_listings")
+        };
+
+        mount(&m, OPTS);
+        let first = walk("first walk");
+        assert!(first >= 17, "first walk listed {first} directories");
+        // Changes through the mount, one directory each.
+        let mut p = std::fs::metadata(mnt.join("d0/f3")).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o600);
+        std::fs::set_permissions(mnt.join("d0/f3"), p).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("d1/f4"))
+            .unwrap();
+        f.write_all_at(b"more", 0).unwrap();
+        drop(f);
+        std::fs::write(mnt.join("d2/sub/new"), b"new").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(mnt.join("d3/f5"))
+            .unwrap()
+            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        let mut p = std::fs::metadata(mnt.join("d6/f1")).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o640);
+        std::fs::set_permissions(mnt.join("d6/f1"), p).unwrap();
+        walk("after the changes");
+        wait_writer_idle(&mnt, Duration::from_secs(2));
+        m.unmount_and_wait();
+
+        drop_caches();
+        mount(&m, OPTS);
+        let listed = walk("after a clean remount");
+        // d0, d1, d2 (its subdirectory's times moved), d2/sub (its own names changed), d3,
+        // d6 and d7 (the hard link): 7 of 17. Before the session epoch, all 17.
+        println!("listings: first walk {first}, after a clean remount {listed}");
+        assert!(
+            listed <= 7,
+            "{listed} directories listed from the store after a clean remount (7 changed)"
+        );
+        // A change, then a crash: records of that session are not trusted.
+        let mut p = std::fs::metadata(mnt.join("d4/f2")).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o604);
+        std::fs::set_permissions(mnt.join("d4/f2"), p).unwrap();
+        m.kill_daemon();
+        drop_caches();
+        mount(&m, OPTS);
+        let after_crash = walk("after kill -9");
+        // Every directory: a record of another session is a miss.
+        assert!(
+            after_crash >= 17,
+            "{after_crash} directories listed after kill -9: records from before a crash were trusted"
+        );
+        m.unmount_and_wait();
+        drop_caches();
+        mount(&m, OPTS);
+        let again = walk("after the next clean remount");
+        println!("listings: after kill -9 {after_crash}, after the next clean remount {again}");
+        assert!(
+            again <= 3,
+            "{again} directories listed after a clean remount of an unchanged tree"
+        );
+        m.unmount_and_wait();
+    });
+}

@@ -333,13 +333,12 @@ impl MetaCache {
         );
     }
 
-    /// A listing of `dir` brought back from the SSD tier (after a restart, or after the RAM
-    /// copy was dropped). Its names are kept but do not answer lookups, and its attributes
-    /// are not taken: the SSD copy is keyed by the directory's version, which changes with
-    /// its names but not with what happens to the files in it, and our own later changes to
-    /// them (a chmod, a write) were made in RAM only. A lookup of a name it holds relists the
-    /// directory once (which revalidates every entry), instead of asking for each name; a
-    /// readdir, which needs only the names, is answered from it.
+    /// A listing of `dir` brought back from the SSD tier that may hold attributes from before
+    /// a change (written before a crash, or holding a hard-linked file: see
+    /// `namespace::persisted`). Its names are kept but do not answer lookups, and its
+    /// attributes are not taken. A lookup of a name it holds relists the directory once
+    /// (which revalidates every entry), instead of asking for each name; a readdir, which
+    /// needs only the names, is answered from it.
     pub fn put_listing_restored(&self, dir: Ident, entries: &[(OsString, Attr)]) {
         if !self.enabled() {
             return;

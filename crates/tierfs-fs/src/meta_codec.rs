@@ -4,7 +4,7 @@
 //! changed since is never read back. Documented in docs/ssd-tier.md ("Metadata records").
 //!
 //! Listing record, little-endian:
-//!   u8 format (1) | u64 validated (ns since the epoch) | u32 count |
+//!   u8 format (2) | u64 validated (ns since the epoch) | u64 session epoch | u32 count |
 //!   count x { u16 name length | name bytes | attr (ATTR_LEN bytes) }
 //! Attr: u64 dev | u64 ino | u8 kind | u16 perm | u32 nlink | u32 uid | u32 gid | u64 rdev |
 //!   u64 size | u64 blocks | u32 blksize | 3 x (i64 sec, u32 nsec) for atime, mtime, ctime.
@@ -14,7 +14,9 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tierfs_store::{Attr, FileKind, Fingerprint, TimeSpec};
 
-const FORMAT: u8 = 1;
+/// 2: the session epoch (`SsdCache::session_epoch`) was added; a record of format 1 reads as
+/// a miss.
+const FORMAT: u8 = 2;
 
 /// A version number of an object's contents for the SSD tier: changes whenever the
 /// fingerprint (size, mtime, ctime) does.
@@ -27,6 +29,14 @@ pub fn version_of(fp: &Fingerprint) -> u64 {
         }
     }
     h
+}
+
+/// The version a directory's listing record is stored under: the directory's version
+/// ([`version_of`]) and the SSD tier's session epoch, so a record of another session is a miss
+/// and a listing of this one replaces it even when the directory is unchanged (the SSD tier
+/// keeps an entry it already has under the same version). See `namespace::persisted`.
+pub fn listing_version(fp: &Fingerprint, epoch: u64) -> u64 {
+    version_of(fp) ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
 }
 
 fn kind_code(k: FileKind) -> u8 {
@@ -143,10 +153,23 @@ pub fn wall_to_instant(ns: u64) -> Instant {
     Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
 }
 
-pub fn encode_listing(entries: &[(OsString, Attr)], validated: Instant) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(16 + entries.len() * 128);
+/// A decoded listing record.
+pub struct ListingRecord {
+    pub entries: Vec<(OsString, Attr)>,
+    pub validated: Instant,
+    /// The SSD tier's session epoch when it was written.
+    pub epoch: u64,
+}
+
+pub fn encode_listing(
+    entries: &[(OsString, Attr)],
+    validated: Instant,
+    epoch: u64,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(24 + entries.len() * 128);
     out.push(FORMAT);
     out.extend_from_slice(&instant_to_wall(validated).to_le_bytes());
+    out.extend_from_slice(&epoch.to_le_bytes());
     out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for (name, a) in entries {
         let n = name.as_bytes();
@@ -157,12 +180,13 @@ pub fn encode_listing(entries: &[(OsString, Attr)], validated: Instant) -> Optio
     Some(out)
 }
 
-pub fn decode_listing(b: &[u8]) -> Option<(Vec<(OsString, Attr)>, Instant)> {
+pub fn decode_listing(b: &[u8]) -> Option<ListingRecord> {
     let mut r = Reader(b);
     if r.u8()? != FORMAT {
         return None;
     }
     let validated = wall_to_instant(r.u64()?);
+    let epoch = r.u64()?;
     let n = r.u32()? as usize;
     let mut out = Vec::with_capacity(n.min(1 << 20));
     for _ in 0..n {
@@ -170,7 +194,11 @@ pub fn decode_listing(b: &[u8]) -> Option<(Vec<(OsString, Attr)>, Instant)> {
         let name = OsString::from_vec(r.take(len)?.to_vec());
         out.push((name, r.attr()?));
     }
-    r.0.is_empty().then_some((out, validated))
+    r.0.is_empty().then_some(ListingRecord {
+        entries: out,
+        validated,
+        epoch,
+    })
 }
 
 #[cfg(test)]
@@ -197,12 +225,17 @@ mod tests {
         };
         let entries = vec![("x".into(), a), ("é".into(), a)];
         let at = Instant::now();
-        let b = encode_listing(&entries, at).unwrap();
-        let (back, when) = decode_listing(&b).unwrap();
-        assert_eq!(back, entries);
-        assert!(when <= Instant::now());
+        let b = encode_listing(&entries, at, 0xfeed).unwrap();
+        let back = decode_listing(&b).unwrap();
+        assert_eq!(back.entries, entries);
+        assert_eq!(back.epoch, 0xfeed);
+        assert!(back.validated <= Instant::now());
         for cut in 0..b.len() {
             assert!(decode_listing(&b[..cut]).is_none());
         }
+        // A record of the format before the epoch is a miss, not misread.
+        let mut old = b.clone();
+        old[0] = 1;
+        assert!(decode_listing(&old).is_none());
     }
 }

@@ -297,7 +297,12 @@ pub fn repair(report: &SsdReport) -> Result<Repaired, SsdError> {
     }
     done.torn_tails_cut = report.torn.len() as u64;
     let before = cache.stats().checkpoints;
-    cache.shutdown();
+    // Dropping damaged entries leaves every other record as current as it was.
+    if cache.last_session_clean() {
+        cache.close_session();
+    } else {
+        cache.shutdown();
+    }
     done.checkpoint_written = cache.stats().checkpoints > before || cp_before;
     Ok(done)
 }

@@ -22,6 +22,7 @@ mod layout;
 mod read;
 mod recover;
 mod segment;
+mod session;
 mod stats;
 mod superblock;
 mod types;
@@ -132,8 +133,21 @@ pub struct SsdCache {
     /// The on-disk format of the directory found at open, when it was another one and the
     /// directory was rebuilt.
     rebuilt_from: Option<u32>,
+    /// This session's epoch and whether its records may be trusted (see `session`).
+    epoch: u64,
+    last_clean: bool,
+    session: Mutex<SessionState>,
     /// flock on `<dir>/lock`, held for the life of the cache.
     _lock: File,
+}
+
+/// Where the session stands (see `session`).
+#[derive(Default)]
+struct SessionState {
+    /// A drop of a record was not logged: some record may be out of date.
+    distrusted: bool,
+    /// The session file says "clean".
+    closed: bool,
 }
 
 impl SsdCache {
@@ -228,6 +242,9 @@ impl SsdCache {
         sh.ctr
             .rebuild_ms
             .store(t0.elapsed().as_millis() as u64, Relaxed);
+        // Before anything is served: a crash from here on leaves "open" (see `session`).
+        let last = session::load(dir);
+        let (epoch, distrusted) = session::begin(dir, last)?;
         let (tx, rx) = bounded(QUEUE_LEN);
         let w = Writer::new(sh.clone(), rx, rec)
             .ok_or_else(|| SsdError::Config("cannot allocate the cluster buffers".into()))?;
@@ -240,6 +257,12 @@ impl SsdCache {
             tx,
             writer: Mutex::new(Some(handle)),
             rebuilt_from,
+            epoch,
+            last_clean: last.is_some_and(|s| s.clean),
+            session: Mutex::new(SessionState {
+                distrusted,
+                closed: false,
+            }),
             _lock: lock,
         }))
     }
@@ -472,11 +495,69 @@ impl SsdCache {
     }
 
     /// Drops the key (any version) now, and logs a tombstone so a restart does not bring it
-    /// back. Best effort: correctness rests on `version`, so if the queue is full the
-    /// tombstone is skipped.
+    /// back. If the queue is full (or the tier is shut down) the tombstone is skipped and the
+    /// session distrusted (`distrust_session`): entries whose version says all are still
+    /// right, but a record that depends on drops (a listing's entries) is not after a restart.
     pub fn remove(&self, key: &SsdKey) {
         self.sh.index.remove(key);
-        let _ = self.tx.try_send(Msg::Remove(*key));
+        if self.tx.try_send(Msg::Remove(*key)).is_err() {
+            self.distrust_session();
+        }
+    }
+
+    /// This session's epoch (see `session`): records that are current only while every drop
+    /// of them is logged carry it, and are trusted only in a session of the same epoch.
+    pub fn session_epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether the last session ended cleanly (`close_session`), so this one has its epoch.
+    pub fn last_session_clean(&self) -> bool {
+        self.last_clean
+    }
+
+    /// Some record of this session may be out of date: the next session takes a new epoch.
+    pub fn distrust_session(&self) {
+        let mut s = self.session.lock();
+        if s.distrusted {
+            return;
+        }
+        s.distrusted = true;
+        if s.closed {
+            s.closed = false;
+            let r = session::store(
+                &self.sh.dir,
+                session::Session {
+                    epoch: self.epoch,
+                    clean: false,
+                },
+            );
+            if let Err(e) = r {
+                tracing::warn!("SSD tier: {e}: the next mount may trust stale listings");
+            }
+        }
+    }
+
+    /// `shutdown`, then the session ended cleanly: unless it was distrusted, the next session
+    /// keeps its epoch. Call only when nothing is left that would change the store (write-back
+    /// drained): a replay at the next mount changes what the records describe.
+    pub fn close_session(&self) {
+        self.shutdown();
+        let mut s = self.session.lock();
+        if s.distrusted || s.closed {
+            return;
+        }
+        let r = session::store(
+            &self.sh.dir,
+            session::Session {
+                epoch: self.epoch,
+                clean: true,
+            },
+        );
+        match r {
+            Ok(()) => s.closed = true,
+            Err(e) => tracing::warn!("SSD tier: {e}: the next mount starts a new session"),
+        }
     }
 
     /// Writes any pending partial cluster now and waits until it is in the index.
@@ -563,7 +644,8 @@ impl Drop for SsdCache {
 }
 
 fn is_tier_file(name: &str) -> bool {
-    segment::parse_name(name).is_some()
+    session::is_file(name)
+        || segment::parse_name(name).is_some()
         || name == checkpoint::FILE
         || name == checkpoint::TMP
         || name == superblock::FILE
@@ -573,7 +655,11 @@ fn is_tier_file(name: &str) -> bool {
 fn has_tier_files(dir: &Path) -> Result<bool, SsdError> {
     for ent in fs::read_dir(dir).map_err(io_err("list", dir))? {
         let ent = ent.map_err(io_err("list", dir))?;
-        if ent.file_name().to_str().is_some_and(is_tier_file) {
+        if ent
+            .file_name()
+            .to_str()
+            .is_some_and(|n| is_tier_file(n) && !session::is_file(n))
+        {
             return Ok(true);
         }
     }

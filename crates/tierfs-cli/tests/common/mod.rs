@@ -465,9 +465,7 @@ impl FaultMount {
             .status();
         let _ = t.join();
         self.fs.shutdown_writeback();
-        if let Some(ssd) = self.fs.ssd() {
-            ssd.shutdown();
-        }
+        self.fs.close_ssd();
     }
 }
 

@@ -120,6 +120,22 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// After the mount is gone and [`Fs::shutdown_writeback`]: the SSD tier flushed,
+    /// checkpointed and closed. Its session ends cleanly (the next mount trusts this
+    /// session's listing records, see `namespace::persisted`) only if write-back left nothing
+    /// for the next mount to replay: a replay changes what they describe.
+    pub fn close_ssd(&self) {
+        let Some(ssd) = self.ssd() else { return };
+        let left = self
+            .wb()
+            .is_some_and(|wb| wb.dirty_bytes() > 0 || wb.ns_pending().0 > 0);
+        if left {
+            ssd.shutdown();
+        } else {
+            ssd.close_session();
+        }
+    }
+
     /// `writeback.flushers` (see [`Writeback::set_flushers`]).
     pub fn set_flushers(&self, n: usize) -> Result<(), String> {
         self.wb().ok_or(NO_WRITEBACK)?.set_flushers(n)

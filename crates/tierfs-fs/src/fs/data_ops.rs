@@ -67,14 +67,14 @@ impl<S: Store> Fs<S> {
         if data.is_empty() {
             return Ok(0);
         }
-        match self.wb() {
-            Some(wb) => {
-                let n = wb.write_back(&of, offset, data)?;
-                self.count_write(n);
-                Ok(n)
-            }
+        let r = match self.wb() {
+            Some(wb) => wb
+                .write_back(&of, offset, data)
+                .inspect(|&n| self.count_write(n)),
             None => self.data.write_through(&of, offset, &data),
-        }
+        };
+        self.ns.listed_changed(&of.inode);
+        r
     }
 
     /// copy_file_range from `(ino_in, fh_in)` to `(ino_out, fh_out)`: done by the store
@@ -100,8 +100,9 @@ impl<S: Store> Fs<S> {
         }
         let n = self
             .data
-            .copy_range(&src, off_in, &dst, off_out, len.min(1 << 30))?;
-        Ok(n as u32)
+            .copy_range(&src, off_in, &dst, off_out, len.min(1 << 30));
+        self.ns.listed_changed(&dst.inode);
+        Ok(n? as u32)
     }
 
     fn count_write(&self, n: u32) {
@@ -142,6 +143,7 @@ impl<S: Store> Fs<S> {
         if let Ok(n) = r {
             self.count_write(n);
         }
+        self.ns.listed_changed(&of.inode);
         Ok(r)
     }
 

@@ -85,8 +85,9 @@ impl<S: Store> Fs<S> {
         flags: i32,
         req: Requester,
     ) -> Option<Result<(Entry, OpenReply)>> {
-        self.create_deferred(parent, name, mode, flags, req, false)
-            .map(|r| r.map(|(e, o)| (self.shown_entry(e), o)))
+        let r = self.create_deferred(parent, name, mode, flags, req, false);
+        self.names_changed(parent);
+        r.map(|r| r.map(|(e, o)| (self.shown_entry(e), o)))
             .transpose()
     }
 
@@ -98,8 +99,9 @@ impl<S: Store> Fs<S> {
         mode: u32,
         req: Requester,
     ) -> Option<Result<Entry>> {
-        self.mkdir_deferred(parent, name, mode, req, false)
-            .transpose()
+        let r = self.mkdir_deferred(parent, name, mode, req, false);
+        self.names_changed(parent);
+        r.transpose()
     }
 
     /// [`Fs::setattr`] of a provisional object (not a size change): deferred (None: not

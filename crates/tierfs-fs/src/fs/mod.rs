@@ -9,13 +9,15 @@
 //! before a namespace operation or a truncate that must follow it, reads of a file with
 //! dirty data go through write-back's overlay, and attributes shown to the kernel include
 //! dirty data (size, mtime). `admin` holds the rest of the API: stats, tunables, memory
-//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `deferred`
+//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `name_ops` the
+//! operations that make, remove and rename names; `deferred`
 //! write-back of namespace operations (which are acknowledged before the store has them, and
 //! the wait before the others).
 
 mod admin;
 mod data_ops;
 mod deferred;
+mod name_ops;
 
 use crate::counted::CountedStore;
 use crate::data::{Objects, OpenReply};
@@ -284,7 +286,9 @@ impl<S: Store> Fs<S> {
             }
         }
         self.before_setattr(&i)?;
-        let a = self.data.setattr(&i, fh, set)?;
+        let a = self.data.setattr(&i, fh, set);
+        self.ns.listed_changed(&i);
+        let a = a?;
         if let (Some(_), Some(fh)) = (self.wb(), fh) {
             if set.size.is_some() && self.sh.store.publishes_at_sync() {
                 // Write-back on a store that publishes at sync (S3): a truncate through a
@@ -299,69 +303,6 @@ impl<S: Store> Fs<S> {
 
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
         self.ns.readlink(ino)
-    }
-
-    pub fn mknod(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        mode: u32,
-        rdev: u64,
-        req: Requester,
-    ) -> Result<Entry> {
-        self.drain_ns()?;
-        self.ns.mknod(parent, name, mode, rdev, req)
-    }
-
-    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
-        if let Some(e) = self.mkdir_deferred(parent, name, mode, req, true)? {
-            return Ok(e);
-        }
-        self.drain_ns()?;
-        self.ns.mkdir(parent, name, mode, req)
-    }
-
-    pub fn symlink(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        target: &OsStr,
-        req: Requester,
-    ) -> Result<Entry> {
-        self.drain_ns()?;
-        self.ns.symlink(parent, name, target, req)
-    }
-
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
-        self.drain_ns()?;
-        self.settle_file(ino)?;
-        Ok(self.shown_entry(self.ns.link(ino, newparent, newname)?))
-    }
-
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
-        self.drain_ns()?;
-        self.settle_name(parent, name)?;
-        self.ns.unlink(parent, name)
-    }
-
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
-        self.drain_ns()?;
-        self.ns.rmdir(parent, name)
-    }
-
-    pub fn rename(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-        flags: u32,
-    ) -> Result<()> {
-        self.drain_ns()?;
-        // A file's data reaches the backing store before its new name does.
-        self.settle_name(parent, name)?;
-        self.settle_name(newparent, newname)?;
-        self.ns.rename(parent, name, newparent, newname, flags)
     }
 
     // ---------------------------------------------------------------- directories
@@ -431,12 +372,16 @@ impl<S: Store> Fs<S> {
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         self.drain_ns()?;
-        self.ns.setxattr(ino, name, value, flags)
+        let r = self.ns.setxattr(ino, name, value, flags);
+        self.names_changed(ino); // its ctime
+        r
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
         self.drain_ns()?;
-        self.ns.removexattr(ino, name)
+        let r = self.ns.removexattr(ino, name);
+        self.names_changed(ino);
+        r
     }
 
     // ---------------------------------------------------------------- open files
@@ -473,13 +418,17 @@ impl<S: Store> Fs<S> {
             }
             return r;
         }
-        match self.data.open_by(ino, flags, pid) {
+        let r = match self.data.open_by(ino, flags, pid) {
             // Write-back absorbs writes while the store is gone (within its limits).
             Err(Errno::ENOTCONN) if self.wb().is_some() && self.sh.store.inner().health.gone() => {
                 self.data.open_while_gone(ino, flags)
             }
             r => r,
+        };
+        if flags & libc::O_TRUNC != 0 {
+            self.names_changed(ino);
         }
+        r
     }
 
     pub fn create(
@@ -490,7 +439,9 @@ impl<S: Store> Fs<S> {
         flags: i32,
         req: Requester,
     ) -> Result<(Entry, OpenReply)> {
-        if let Some((e, o)) = self.create_deferred(parent, name, mode, flags, req, true)? {
+        let r = self.create_deferred(parent, name, mode, flags, req, true);
+        self.names_changed(parent);
+        if let Some((e, o)) = r? {
             return Ok((self.shown_entry(e), o));
         }
         self.drain_ns()?;
@@ -498,7 +449,12 @@ impl<S: Store> Fs<S> {
             // An existing file is truncated: its dirty data first (see `open_by`).
             self.settle_name(parent, name)?;
         }
-        let (e, o) = self.data.create(parent, name, mode, flags, req)?;
+        let r = self.data.create(parent, name, mode, flags, req);
+        self.names_changed(parent);
+        let (e, o) = r?;
+        if flags & libc::O_TRUNC != 0 {
+            self.names_changed(e.ino); // an existing file truncated
+        }
         if let Some(i) = self.ns.inodes.get(e.ino) {
             if flags & libc::O_EXCL != 0 {
                 self.ns.meta.made_without_caps(i.id());
@@ -545,7 +501,9 @@ impl<S: Store> Fs<S> {
         if let Some(wb) = self.wb() {
             wb.settle_file(&of.inode)?;
         }
-        self.data.fallocate(&of, mode, offset, len)
+        let r = self.data.fallocate(&of, mode, offset, len);
+        self.ns.listed_changed(&of.inode);
+        r
     }
 
     pub fn lseek(&self, ino: u64, fh: u64, offset: i64, whence: i32) -> Result<i64> {

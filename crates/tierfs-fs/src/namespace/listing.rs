@@ -62,6 +62,7 @@ impl<S: Store> Namespace<S> {
             None => None,
         };
         let own_before = crate::file_state::own_changes();
+        let changes_before = self.listing_changes_now();
         let listing = self.sh.store.readdir_plus(&node)?;
         // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
         // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
@@ -90,7 +91,9 @@ impl<S: Store> Namespace<S> {
         if complete {
             self.meta.put_listing(d.id(), &out, at);
             if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
-                self.persist_listing(&da, &out, at);
+                self.persist_if_current(d.id(), changes_before, &out, || {
+                    self.persist_listing(&da, &out, at)
+                });
             }
         } else {
             // Entries vanished while listing, or the store cannot stat in the same pass:
@@ -119,8 +122,8 @@ impl<S: Store> Namespace<S> {
 
     pub(crate) fn persist_listing(&self, dir: &Attr, entries: &[(OsString, Attr)], at: Instant) {
         let Some(ssd) = &self.sh.ssd else { return };
-        if let Some(rec) = crate::meta_codec::encode_listing(entries, at) {
-            let v = crate::meta_codec::version_of(&dir.fingerprint());
+        if let Some(rec) = crate::meta_codec::encode_listing(entries, at, ssd.session_epoch()) {
+            let v = crate::meta_codec::listing_version(&dir.fingerprint(), ssd.session_epoch());
             ssd.offer(meta_key(KIND_DIR, dir), v, rec.into());
         }
     }
@@ -135,7 +138,7 @@ impl<S: Store> Namespace<S> {
         let (Some(ssd), Some((dattr, _))) = (&self.sh.ssd, self.meta.attr(d.id())) else {
             return false;
         };
-        let v = crate::meta_codec::version_of(&dattr.fingerprint());
+        let v = crate::meta_codec::listing_version(&dattr.fingerprint(), ssd.session_epoch());
         let key = meta_key(KIND_DIR, &dattr);
         let rec = if no_io {
             ssd.get_buffered(&key, v)
@@ -145,11 +148,15 @@ impl<S: Store> Namespace<S> {
         let Some(rec) = rec else {
             return false;
         };
-        let Some((entries, _validated)) = crate::meta_codec::decode_listing(&rec) else {
+        let Some(rec) = crate::meta_codec::decode_listing(&rec) else {
             return false;
         };
         FsStats::add(&self.sh.stats.meta_ssd_hits, 1);
-        self.meta.put_listing_restored(d.id(), &entries);
+        if self.record_trusted(rec.epoch, &rec.entries) {
+            self.meta.put_listing(d.id(), &rec.entries, rec.validated);
+        } else {
+            self.meta.put_listing_restored(d.id(), &rec.entries);
+        }
         true
     }
 

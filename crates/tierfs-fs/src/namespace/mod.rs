@@ -5,12 +5,14 @@
 //!
 //! Files: this one (the table, lookups, attributes), `listing` (directory listings and
 //! handles), `names` (creating and removing names), `rename`, `estale` (replaced files and
-//! the kernel's retry), `attrs` (symlinks, xattrs, statfs).
+//! the kernel's retry), `attrs` (symlinks, xattrs, statfs), `persisted` (which listings in
+//! the SSD tier are current).
 
 mod attrs;
 mod estale;
 mod listing;
 mod names;
+mod persisted;
 mod provisional;
 mod rename;
 
@@ -70,6 +72,9 @@ pub(crate) struct Namespace<S: Store> {
     as_root: bool,
     /// Names created by write-back that the store does not have yet (see `provisional`).
     pub prov: Provisional<St<S>>,
+    /// Our changes so far, and the last one to each directory's listing (see `persisted`).
+    listing_changes: AtomicU64,
+    listing_stamps: DashMap<Ident, persisted::Stamp>,
 }
 
 impl<S: Store> Namespace<S> {
@@ -90,6 +95,8 @@ impl<S: Store> Namespace<S> {
             // SAFETY: geteuid has no preconditions.
             as_root: unsafe { libc::geteuid() } == 0,
             prov: Provisional::new(),
+            listing_changes: AtomicU64::new(0),
+            listing_stamps: DashMap::new(),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());

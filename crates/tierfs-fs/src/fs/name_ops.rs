@@ -1,0 +1,101 @@
+//! The operations of [`Fs`] that make, remove and rename names. Each waits for the namespace
+//! operations write-back deferred before it (`deferred`), and for the dirty data of a file it
+//! names, so the store sees them in the application's order; each reports what it changed to
+//! the SSD tier's listings (`namespace::persisted`).
+
+use super::Fs;
+use crate::namespace::{Entry, Requester};
+use std::ffi::OsStr;
+use tierfs_store::{Result, Store};
+
+impl<S: Store> Fs<S> {
+    /// Our own operation changed `ino` (its attributes, or a directory's names): the SSD-tier
+    /// listing that holds it is out of date (see `namespace::persisted`). Called after the
+    /// operation, failed or not (a failure may have changed the store halfway).
+    pub(super) fn names_changed(&self, ino: u64) {
+        if let Some(i) = self.ns.inodes.get(ino) {
+            self.ns.listed_changed(&i);
+        }
+    }
+
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        req: Requester,
+    ) -> Result<Entry> {
+        self.drain_ns()?;
+        let r = self.ns.mknod(parent, name, mode, rdev, req);
+        self.names_changed(parent);
+        r
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, req: Requester) -> Result<Entry> {
+        let r = self.mkdir_deferred(parent, name, mode, req, true);
+        self.names_changed(parent);
+        if let Some(e) = r? {
+            return Ok(e);
+        }
+        self.drain_ns()?;
+        let r = self.ns.mkdir(parent, name, mode, req);
+        self.names_changed(parent);
+        r
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+        req: Requester,
+    ) -> Result<Entry> {
+        self.drain_ns()?;
+        let r = self.ns.symlink(parent, name, target, req);
+        self.names_changed(parent);
+        r
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        self.drain_ns()?;
+        self.settle_file(ino)?;
+        let r = self.ns.link(ino, newparent, newname);
+        self.names_changed(ino); // its link count
+        self.names_changed(newparent);
+        Ok(self.shown_entry(r?))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.drain_ns()?;
+        self.settle_name(parent, name)?;
+        let r = self.ns.unlink(parent, name);
+        self.names_changed(parent);
+        r
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.drain_ns()?;
+        let r = self.ns.rmdir(parent, name);
+        self.names_changed(parent);
+        r
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        self.drain_ns()?;
+        // A file's data reaches the backing store before its new name does.
+        self.settle_name(parent, name)?;
+        self.settle_name(newparent, newname)?;
+        let r = self.ns.rename(parent, name, newparent, newname, flags);
+        self.names_changed(parent);
+        self.names_changed(newparent);
+        r
+    }
+}
