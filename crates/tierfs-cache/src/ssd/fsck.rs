@@ -297,7 +297,8 @@ pub fn repair(report: &SsdReport) -> Result<Repaired, SsdError> {
     }
     done.torn_tails_cut = report.torn.len() as u64;
     let before = cache.stats().checkpoints;
-    // Dropping damaged entries leaves every other record as current as it was.
+    // Dropping damaged entries leaves every other record as current as it was (the open
+    // above does not keep the epoch if it cut anything, which may have held tombstones).
     if cache.last_session_clean() {
         cache.close_session();
     } else {

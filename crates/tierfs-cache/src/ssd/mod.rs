@@ -148,6 +148,8 @@ struct SessionState {
     distrusted: bool,
     /// The session file says "clean".
     closed: bool,
+    /// What the writer answered at shutdown: the index on disk is the one in memory.
+    durable: Option<bool>,
 }
 
 impl SsdCache {
@@ -243,7 +245,15 @@ impl SsdCache {
             .rebuild_ms
             .store(t0.elapsed().as_millis() as u64, Relaxed);
         // Before anything is served: a crash from here on leaves "open" (see `session`).
-        let last = session::load(dir);
+        // A log cut short or a checkpoint lost may have taken tombstones with it: records
+        // the last session dropped could be back, so its epoch is not kept.
+        let intact = rec.found.torn.is_empty()
+            && rec.found.unopenable.is_empty()
+            && !matches!(rec.found.checkpoint, recover::CheckpointState::Unusable(_));
+        let last = session::load(dir).map(|s| session::Session {
+            clean: s.clean && intact,
+            ..s
+        });
         let (epoch, distrusted) = session::begin(dir, last)?;
         let (tx, rx) = bounded(QUEUE_LEN);
         let w = Writer::new(sh.clone(), rx, rec)
@@ -261,7 +271,7 @@ impl SsdCache {
             last_clean: last.is_some_and(|s| s.clean),
             session: Mutex::new(SessionState {
                 distrusted,
-                closed: false,
+                ..Default::default()
             }),
             _lock: lock,
         }))
@@ -544,7 +554,7 @@ impl SsdCache {
     pub fn close_session(&self) {
         self.shutdown();
         let mut s = self.session.lock();
-        if s.distrusted || s.closed {
+        if s.distrusted || s.closed || s.durable != Some(true) {
             return;
         }
         let r = session::store(
@@ -596,10 +606,9 @@ impl SsdCache {
             return;
         };
         let (tx, rx) = bounded(1);
-        if self.tx.send(Msg::Shutdown(tx)).is_ok() {
-            let _ = rx.recv();
-        }
+        let durable = self.tx.send(Msg::Shutdown(tx)).is_ok() && rx.recv().unwrap_or(false);
         let _ = handle.join();
+        self.session.lock().durable = Some(durable);
     }
 
     pub fn set_write_rate(&self, bytes_per_s: u64) {

@@ -36,7 +36,8 @@ pub(crate) enum Msg {
     Remove(SsdKey),
     Flush(Sender<()>),
     Checkpoint(Sender<Result<(), SsdError>>),
-    Shutdown(Sender<()>),
+    /// Answers whether the index is durable: the final checkpoint written (or not needed).
+    Shutdown(Sender<bool>),
     /// Give back up to this many bytes of the device (the journal needs room): drop the oldest
     /// segments, hot entries included; answers the bytes freed.
     Yield(u64, Sender<u64>),
@@ -159,21 +160,26 @@ impl Writer {
                 let _ = done.send(self.give_back(bytes));
             }
             Msg::Shutdown(done) => {
-                self.finish();
-                let _ = done.send(());
+                let durable = self.finish();
+                let _ = done.send(durable);
                 return true;
             }
         }
         false
     }
 
-    fn finish(&mut self) {
+    /// Whether the index on disk (checkpoint and log) is the one in memory.
+    fn finish(&mut self) -> bool {
         self.drain_all();
         if !self.changed {
-            return;
+            return true;
         }
-        if let Err(e) = self.checkpoint() {
-            tracing::warn!("SSD cache: checkpoint at shutdown failed: {e}");
+        match self.checkpoint() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("SSD cache: checkpoint at shutdown failed: {e}");
+                false
+            }
         }
     }
 
@@ -490,6 +496,11 @@ impl Writer {
         for it in &items {
             if it.budgeted {
                 charged += it.charge;
+            }
+            if matches!(it.kind, Kind::Tombstone) {
+                // Gone from the index in memory but not logged: only a checkpoint (the next,
+                // or the one at shutdown) makes the drop durable.
+                self.changed = true;
             }
             self.drop_item(&it.key, it.version, &it.kind);
         }

@@ -116,7 +116,9 @@ impl<S: Store> Fs<S> {
             // As `Fs::setattr` does: kept with the dirty data.
             wb.note_dirty_mtime(&i, m);
         }
-        match wb.setattr_deferred(&i, set) {
+        let r = wb.setattr_deferred(&i, set);
+        self.ns.listed_changed(&i);
+        match r {
             Ok(Some(a)) => Some(Ok(self.shown(ino, self.ns.with_ino(&i, a)))),
             Ok(None) => None,
             Err(e) => Some(Err(e)),

@@ -478,7 +478,11 @@ impl<S: Store> Fs<S> {
             wb.drain_ns()?;
             wb.fsync_back(&self.ns.inode(ino)?)?;
         }
-        self.data.fsync(ino, fh, datasync)
+        let r = self.data.fsync(ino, fh, datasync);
+        if self.sh.store.publishes_at_sync() {
+            self.names_changed(ino);
+        }
+        r
     }
 
     /// close(2) (FUSE FLUSH) of open file `fh`: in write-back mode the file's data per
@@ -487,7 +491,13 @@ impl<S: Store> Fs<S> {
     pub fn flush(&self, ino: u64, fh: u64) -> Result<()> {
         match self.wb() {
             Some(wb) => wb.flush(ino),
-            None => self.data.close(fh),
+            None => {
+                let r = self.data.close(fh);
+                if self.sh.store.publishes_at_sync() {
+                    self.names_changed(ino); // the upload makes a new version
+                }
+                r
+            }
         }
     }
 

@@ -62,7 +62,7 @@ impl<S: Store> Namespace<S> {
             None => None,
         };
         let own_before = crate::file_state::own_changes();
-        let changes_before = self.listing_changes_now();
+        let start = self.listing_start();
         let listing = self.sh.store.readdir_plus(&node)?;
         // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
         // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
@@ -91,7 +91,7 @@ impl<S: Store> Namespace<S> {
         if complete {
             self.meta.put_listing(d.id(), &out, at);
             if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
-                self.persist_if_current(d.id(), changes_before, &out, || {
+                self.persist_if_current(d.id(), start, &out, || {
                     self.persist_listing(&da, &out, at)
                 });
             }

@@ -131,6 +131,7 @@ impl<S: Store> Namespace<S> {
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
             self.meta.drop_listing(id);
+            self.listing_outdated(id);
             if r.is_ok() {
                 self.name_gone(id);
             }

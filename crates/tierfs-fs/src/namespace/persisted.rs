@@ -6,8 +6,10 @@
 //! directory's attributes, which move when a name comes or goes, but not when an entry's own
 //! attributes change (a chmod, a write, a create inside a subdirectory). So:
 //! - every change of our own to an object drops the record of the directory it is listed in
-//!   ([`Namespace::listed_changed`], called by the dispatcher after each operation), and a
-//!   listing of that directory under way while it happened is not persisted;
+//!   ([`Namespace::listed_changed`], called by the dispatcher after each operation; the
+//!   write-back flusher's changes are covered by the next rule), and for a directory its own
+//!   record; a directory removed or renamed loses its record; a listing of a directory
+//!   under way while a change to it happened is not persisted;
 //! - a listing is not persisted while it may describe the store before a change of ours that
 //!   is still on its way there (a file with dirty data, deferred creates);
 //! - a hard-linked file is listed in directories we cannot find from it: a record with one
@@ -38,6 +40,13 @@ pub(crate) struct Stamp {
     dropped: bool,
 }
 
+/// See [`Namespace::listing_start`].
+#[derive(Clone, Copy)]
+pub(crate) struct ListingStart {
+    changes: u64,
+    deferred: bool,
+}
+
 fn dir_key(dir: Ident) -> SsdKey {
     SsdKey {
         kind: KIND_DIR,
@@ -49,20 +58,22 @@ fn dir_key(dir: Ident) -> SsdKey {
 
 impl<S: Store> Namespace<S> {
     /// Our own operation changed `i`: its attributes, or for a directory its names (which
-    /// moves its times). The listing record of the directory it is listed in is dropped.
+    /// moves its times). The listing record of the directory it is listed in is dropped, and
+    /// a directory's own: its version may come back (a store whose ctime is its mtime, such
+    /// as sshfs, and `tar` setting the directory's old mtime again).
     pub(crate) fn listed_changed(&self, i: &Inode<St<S>>) {
-        let Some(ssd) = self.sh.ssd.as_ref().filter(|_| self.meta.enabled()) else {
+        if self.sh.ssd.is_none() || !self.meta.enabled() {
             return;
-        };
-        if i.ino == crate::ROOT_INO {
-            return; // listed in no directory of ours
         }
+        if i.kind == FileKind::Dir {
+            self.listing_outdated(i.id());
+        }
+        // The root is listed in no directory of ours; an object without an origin has lost
+        // its name (unlinked while open): no listing holds it, unless it has another link,
+        // and a listing with a hard-linked file is never trusted for its attributes.
         let parent = i.origin.lock().as_ref().map(|(p, _)| p.id());
-        match parent {
-            Some(p) => self.listing_outdated(p),
-            // Found by no name we know: whichever listing holds it cannot be dropped, so
-            // none of this session's is trusted after a remount.
-            None => ssd.distrust_session(),
+        if let Some(p) = parent {
+            self.listing_outdated(p);
         }
     }
 
@@ -83,10 +94,15 @@ impl<S: Store> Namespace<S> {
         }
     }
 
-    /// The count of our changes so far: taken before a listing is asked of the store, and
-    /// given to [`Namespace::persist_if_current`].
-    pub(crate) fn listing_changes_now(&self) -> u64 {
-        self.listing_changes.load(Acquire)
+    /// Taken before a listing is asked of the store, and given to
+    /// [`Namespace::persist_if_current`]: the count of our changes so far, and whether
+    /// write-back had deferred namespace operations (whose application, later, changes what
+    /// the listing shows without a call of [`Namespace::listed_changed`]).
+    pub(crate) fn listing_start(&self) -> ListingStart {
+        ListingStart {
+            changes: self.listing_changes.load(Acquire),
+            deferred: !self.prov.is_empty(),
+        }
     }
 
     /// Persists a listing of `dir` asked of the store when [`Namespace::listing_changes_now`]
@@ -97,13 +113,14 @@ impl<S: Store> Namespace<S> {
     pub(crate) fn persist_if_current(
         &self,
         dir: Ident,
-        before: u64,
+        start: ListingStart,
         entries: &[(OsString, Attr)],
         offer: impl FnOnce(),
     ) {
-        if !self.prov.is_empty() {
-            return; // deferred creates: their directories' times will move
+        if start.deferred || !self.prov.is_empty() {
+            return; // deferred creates and setattrs: what they change will move
         }
+        let before = start.changes;
         let dirty = entries.iter().any(|(_, a)| {
             a.kind == FileKind::File
                 && self

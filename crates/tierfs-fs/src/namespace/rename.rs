@@ -31,6 +31,14 @@ impl<S: Store> Namespace<S> {
         let r = self.sh.store.rename(&pnode, name, &npnode, newname, flags);
         for id in [moved, victim].into_iter().flatten() {
             self.meta.drop_attr(id);
+            if self
+                .inodes
+                .by_ident(id)
+                .is_none_or(|i| i.kind == FileKind::Dir)
+            {
+                // Its record, under an identity that may be a path another directory takes.
+                self.listing_outdated(id);
+            }
         }
         if r.is_err() {
             self.meta.drop_listing(p.id());
