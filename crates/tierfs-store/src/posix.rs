@@ -393,6 +393,26 @@ fn fstatfs_fd(fd: RawFd) -> Result<()> {
     Ok(())
 }
 
+/// Runs `finish` (the rest of an operation that has just made `parent/c`: its node, owner and
+/// attributes); if that fails, removes what was made, so the operation either happened whole
+/// or not at all. A retry must not find a half-made object: the write-back flusher retries a
+/// create that failed for want of a descriptor (EMFILE), and found EEXIST (its own file)
+/// when the first attempt had made the file and failed to open its node.
+fn undo_on_error<T>(
+    parent: &PosixNode,
+    c: &CString,
+    dir: bool,
+    finish: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let r = finish();
+    if r.is_err() {
+        let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: a valid descriptor and NUL-terminated name.
+        unsafe { libc::unlinkat(parent.fd(), c.as_ptr(), flags) };
+    }
+    r
+}
+
 /// An `O_PATH` descriptor of the directory at `path`.
 fn open_root(path: &Path) -> std::io::Result<PosixNode> {
     let c = CString::new(path.as_os_str().as_bytes())
@@ -562,10 +582,12 @@ impl Store for PosixStore {
     ) -> Result<(PosixNode, Attr)> {
         let c = component(name)?;
         cvt(unsafe { libc::mknodat(parent.fd(), c.as_ptr(), mode, rdev) })?;
-        let node = open_path_at(parent.fd(), &c)?;
-        chown_node(parent, &node, owner)?;
-        let attr = node.stat()?;
-        Ok((node, attr))
+        undo_on_error(parent, &c, false, || {
+            let node = open_path_at(parent.fd(), &c)?;
+            chown_node(parent, &node, owner)?;
+            let attr = node.stat()?;
+            Ok((node, attr))
+        })
     }
 
     fn mkdir(
@@ -577,10 +599,12 @@ impl Store for PosixStore {
     ) -> Result<(PosixNode, Attr)> {
         let c = component(name)?;
         cvt(unsafe { libc::mkdirat(parent.fd(), c.as_ptr(), mode) })?;
-        let node = open_path_at(parent.fd(), &c)?;
-        chown_node(parent, &node, owner)?;
-        let attr = node.stat()?;
-        Ok((node, attr))
+        undo_on_error(parent, &c, true, || {
+            let node = open_path_at(parent.fd(), &c)?;
+            chown_node(parent, &node, owner)?;
+            let attr = node.stat()?;
+            Ok((node, attr))
+        })
     }
 
     fn symlink(
@@ -594,10 +618,12 @@ impl Store for PosixStore {
         // The target is stored as text and never resolved by tierfs.
         let t = CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
         cvt(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), c.as_ptr()) })?;
-        let node = open_path_at(parent.fd(), &c)?;
-        chown_node(parent, &node, owner)?;
-        let attr = node.stat()?;
-        Ok((node, attr))
+        undo_on_error(parent, &c, false, || {
+            let node = open_path_at(parent.fd(), &c)?;
+            chown_node(parent, &node, owner)?;
+            let attr = node.stat()?;
+            Ok((node, attr))
+        })
     }
 
     fn link(&self, node: &PosixNode, newparent: &PosixNode, newname: &OsStr) -> Result<Attr> {
@@ -693,16 +719,25 @@ impl Store for PosixStore {
             | libc::O_CLOEXEC;
         let fd = cvt(unsafe { libc::openat(parent.fd(), c.as_ptr(), flags, mode) })?;
         let file = unsafe { File::from_raw_fd(fd) };
-        // The node is taken from the open file itself, so it is the very inode we created.
-        let pfd = cvt(unsafe {
-            libc::open(
-                proc_path(file.as_raw_fd()).as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC,
-            )
-        })?;
-        let node = PosixNode::new(unsafe { OwnedFd::from_raw_fd(pfd) });
-        chown_node(parent, &node, owner)?;
-        let attr = node.stat()?;
+        let finish = || {
+            // The node is taken from the open file itself, so it is the very inode we created.
+            let pfd = cvt(unsafe {
+                libc::open(
+                    proc_path(file.as_raw_fd()).as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            })?;
+            let node = PosixNode::new(unsafe { OwnedFd::from_raw_fd(pfd) });
+            chown_node(parent, &node, owner)?;
+            let attr = node.stat()?;
+            Ok((node, attr))
+        };
+        // Only an exclusive create knows the file is its own to take back.
+        let (node, attr) = if flags & libc::O_EXCL != 0 {
+            undo_on_error(parent, &c, false, finish)?
+        } else {
+            finish()?
+        };
         Ok((
             node,
             attr,
@@ -1016,6 +1051,65 @@ mod tests {
         );
         assert_eq!(store.open(&node, libc::O_RDONLY).unwrap_err(), Errno::ELOOP);
         assert!(store.readdir(&node).is_err());
+    }
+
+    /// Run in a child process (the descriptor limit is the whole process's): with room for
+    /// exactly one more descriptor, each create makes its object and then cannot open the
+    /// object's node (EMFILE). Then nothing may be left at the name, or the retry finds EEXIST.
+    #[test]
+    fn a_create_that_fails_halfway_leaves_nothing() {
+        const CHILD: &str = "TIERFS_EMFILE_CHILD";
+        if let Some(dir) = std::env::var_os(CHILD) {
+            let store = PosixStore::open(std::path::Path::new(&dir)).unwrap();
+            let (root, _) = store.root().unwrap();
+            let mut was = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut was) }, 0);
+            let lim = libc::rlimit {
+                rlim_cur: 256.min(was.rlim_cur),
+                rlim_max: was.rlim_max,
+            };
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+            // Every descriptor taken, then as many given back as the step before the node
+            // needs: one for create (its open file), none for the others.
+            let mut fill = Vec::new();
+            while let Ok(f) = std::fs::File::open("/dev/null") {
+                fill.push(f);
+            }
+            fill.pop();
+            let f = libc::O_WRONLY | libc::O_EXCL;
+            let mut made = vec![store.create(&root, OsStr::new("f"), 0o644, f, None).err()];
+            fill.push(std::fs::File::open("/dev/null").unwrap());
+            made.extend([
+                store.mkdir(&root, OsStr::new("d"), 0o755, None).err(),
+                store
+                    .symlink(&root, OsStr::new("s"), OsStr::new("t"), None)
+                    .err(),
+                store
+                    .mknod(&root, OsStr::new("n"), libc::S_IFIFO | 0o644, 0, None)
+                    .err(),
+            ]);
+            drop(fill);
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &was) }, 0);
+            assert_eq!(made, [Some(Errno(libc::EMFILE)); 4]);
+            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+            assert!(left.is_empty(), "left behind: {left:?}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "posix::tests::a_create_that_fails_halfway_leaves_nothing",
+            ])
+            .env(CHILD, dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
     }
 
     #[test]
