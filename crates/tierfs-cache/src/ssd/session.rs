@@ -105,7 +105,7 @@ pub(crate) fn store(dir: &Path, s: Session) -> Result<(), SsdError> {
         s.epoch,
         if s.clean { "clean" } else { "open" }
     );
-    let mut f = fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+    let mut f = crate::private::new_file(&tmp).map_err(io_err("create", &tmp))?;
     f.write_all(line.as_bytes())
         .and_then(|_| f.sync_all())
         .map_err(io_err("write", &tmp))?;
