@@ -1710,3 +1710,48 @@ fn listings_show_deferred_names_without_waiting_for_the_flusher() {
         }
     }
 }
+
+/// A writer that goes on creating files in a directory it has just made (mkdir, then file
+/// after file with no pause, as the mixed benchmark's writers do): the namespace flusher
+/// publishes the directory once enough made objects wait for it, so the files' data reaches
+/// the store while the writer is still creating. Before, a directory stayed provisional for
+/// as long as creates in it were queued: nothing made in it was flushed, and each made file
+/// kept a descriptor until the daemon ran out of them.
+#[test]
+fn a_directory_still_being_filled_has_its_files_flushed_meanwhile() {
+    let m = BinMount::new(&["writeback.mode=back", "writeback.namespace_delay=200ms"]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let (made, seen_at) = with_timeout(Duration::from_secs(240), vec![mnt.clone()], move || {
+        // Listed once, so the cache can vouch that the new name is free (the mkdir is
+        // deferred, as the writer's is in the benchmark).
+        assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+        let dir = mnt.join("new");
+        std::fs::create_dir(&dir).unwrap();
+        let on_store = || {
+            std::fs::read_dir(backing.join("new")).is_ok_and(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .any(|e| e.metadata().is_ok_and(|md| md.len() > 0))
+            })
+        };
+        let t0 = Instant::now();
+        let mut i = 0;
+        let mut seen_at = None;
+        while t0.elapsed() < Duration::from_secs(90) && i < 40_000 {
+            for _ in 0..100 {
+                std::fs::write(dir.join(format!("f{i:05}")), [b'x'; 4096]).unwrap();
+                i += 1;
+            }
+            if on_store() {
+                seen_at = Some(i);
+                break;
+            }
+        }
+        (i, seen_at)
+    });
+    println!("files created: {made}; file data on the store after {seen_at:?}");
+    assert!(
+        seen_at.is_some(),
+        "no file data reached the store while {made} files were created in a new directory"
+    );
+    m.unmount_and_wait();
+}

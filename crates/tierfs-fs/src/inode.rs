@@ -125,7 +125,7 @@ const DIR_NODES: usize = 4096;
 
 /// `max` or, under a low descriptor limit, a quarter of it for each kind of node: the rest is
 /// for open files and directories being listed, the SSD tier, the journal and FUSE.
-fn node_bound(max: usize) -> usize {
+pub(crate) fn node_bound(max: usize) -> usize {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -18,6 +18,14 @@ use super::ns_queue::{Job, GROUP_MAX};
 /// Create handles the namespace flusher keeps for the data flusher at most (each is an open
 /// descriptor; see `apply`).
 const HELD_MAX: usize = 256;
+/// Objects made on the store and not yet published that the namespace flusher keeps at most
+/// before it publishes directories with creates still queued in them (see `publish`): each
+/// holds a descriptor, so as many as the inode table keeps nodes of files (4,096, fewer
+/// under a low descriptor limit), and more than an untar of a large tree keeps at once.
+fn kept_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| crate::inode::node_bound(4096))
+}
 use super::Writeback;
 use crate::identity::Ident;
 use crate::inode::Inode;
@@ -411,20 +419,30 @@ impl<S: Store> Writeback<S> {
     /// the names made in it, or they would move the time again), and its directory is
     /// published (a lookup in a provisional directory is answered by the provisional table,
     /// which must hold every name in it).
+    ///
+    /// A directory is not kept back for the creates in it once more than [`kept_max`] objects
+    /// wait: a writer that goes on creating files in a directory it made would keep that
+    /// directory, and everything made in it, provisional for as long as it writes (no data
+    /// flushed, a descriptor held for each: the mixed benchmark ran the daemon out of them).
+    /// Its later setattr then waits for the creates in it (`Fs::before_setattr`).
     fn publish(&self, made: &mut Vec<(Ident, Made<S>)>) {
         let q = self.nsq.q.lock();
         let mut queued: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
+        let mut creating_in: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
         for j in q.iter() {
             queued.insert(j.inode().id());
             if let Job::Create { parent, .. } = j {
-                queued.insert(parent.id());
+                creating_in.insert(parent.id());
             }
         }
+        let crowded = made.len() > kept_max();
         let mut kept: Vec<(Ident, Made<S>)> = Vec::new();
+        let mut kept_ids: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
         let before = made.len();
         for (prov, m) in made.drain(..) {
-            let parent_waits = kept.iter().any(|(id, _)| *id == m.parent.id());
-            if queued.contains(&prov) || parent_waits {
+            let parent_waits = kept_ids.contains(&m.parent.id());
+            if queued.contains(&prov) || (creating_in.contains(&prov) && !crowded) || parent_waits {
+                kept_ids.insert(prov);
                 kept.push((prov, m));
                 continue;
             }
