@@ -962,6 +962,10 @@ fn fill_cap_and_hot_set_survive_cold_scan() {
 // 6. Listings after a remount
 // ---------------------------------------------------------------------------------------------
 
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
 /// What `stat` shows of every entry under `root` (relative path -> mode, size, nlink, mtime).
 fn stat_tree(root: &Path) -> std::collections::BTreeMap<String, (u32, u64, u64, i64, i64)> {
     use std::os::unix::fs::MetadataExt;
@@ -1043,9 +1047,7 @@ fn listings_after_a_remount_answer_lookups_but_never_from_before_a_change() {
         let first = walk("first walk");
         assert!(first >= 17, "first walk listed {first} directories");
         // Changes through the mount, one directory each.
-        let mut p = std::fs::metadata(mnt.join("d0/f3")).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o600);
-        std::fs::set_permissions(mnt.join("d0/f3"), p).unwrap();
+        chmod(&mnt.join("d0/f3"), 0o600);
         let f = std::fs::OpenOptions::new()
             .append(true)
             .open(mnt.join("d1/f4"))
@@ -1053,22 +1055,20 @@ fn listings_after_a_remount_answer_lookups_but_never_from_before_a_change() {
         f.write_all_at(b"more", 0).unwrap();
         drop(f);
         std::fs::write(mnt.join("d2/sub/new"), b"new").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(mnt.join("d3/f5"))
-            .unwrap()
-            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
-            .unwrap();
-        let mut p = std::fs::metadata(mnt.join("d6/f1")).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o640);
-        std::fs::set_permissions(mnt.join("d6/f1"), p).unwrap();
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let f5 = std::fs::File::options().write(true).open(mnt.join("d3/f5"));
+        f5.unwrap().set_modified(t).unwrap();
+        chmod(&mnt.join("d6/f1"), 0o640);
         walk("after the changes");
         wait_writer_idle(&mnt, Duration::from_secs(2));
         m.unmount_and_wait();
 
-        drop_caches();
-        mount(&m, OPTS);
-        let listed = walk("after a clean remount");
+        let remount = |label: &str| {
+            drop_caches();
+            mount(&m, OPTS);
+            walk(label)
+        };
+        let listed = remount("after a clean remount");
         // d0, d1, d2 (its subdirectory's times moved), d2/sub (its own names changed), d3,
         // d6 and d7 (the hard link): 7 of 17. Before the session epoch, all 17.
         println!("listings: first walk {first}, after a clean remount {listed}");
@@ -1077,22 +1077,16 @@ fn listings_after_a_remount_answer_lookups_but_never_from_before_a_change() {
             "{listed} directories listed from the store after a clean remount (7 changed)"
         );
         // A change, then a crash: records of that session are not trusted.
-        let mut p = std::fs::metadata(mnt.join("d4/f2")).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o604);
-        std::fs::set_permissions(mnt.join("d4/f2"), p).unwrap();
+        chmod(&mnt.join("d4/f2"), 0o604);
         m.kill_daemon();
-        drop_caches();
-        mount(&m, OPTS);
-        let after_crash = walk("after kill -9");
+        let after_crash = remount("after kill -9");
         // Every directory: a record of another session is a miss.
         assert!(
             after_crash >= 17,
             "{after_crash} directories listed after kill -9: records from before a crash were trusted"
         );
         m.unmount_and_wait();
-        drop_caches();
-        mount(&m, OPTS);
-        let again = walk("after the next clean remount");
+        let again = remount("after the next clean remount");
         println!("listings: after kill -9 {after_crash}, after the next clean remount {again}");
         assert!(
             again <= 3,
