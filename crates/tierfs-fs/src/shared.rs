@@ -38,10 +38,15 @@ pub(crate) struct Shared<S: Store> {
 
 /// The SSD-tier key of an object's metadata record (`KIND_DIR`, `KIND_LINK`).
 pub(crate) fn meta_key(kind: u8, a: &Attr) -> SsdKey {
+    meta_key_of(kind, (a.dev, a.ino))
+}
+
+/// [`meta_key`] of the object with identity `id`.
+pub(crate) fn meta_key_of(kind: u8, id: crate::identity::Ident) -> SsdKey {
     SsdKey {
         kind,
-        dev: a.dev,
-        ino: a.ino,
+        dev: id.0,
+        ino: id.1,
         idx: 0,
     }
 }

@@ -25,14 +25,15 @@
 use super::Namespace;
 use crate::identity::Ident;
 use crate::inode::Inode;
+use crate::shared::meta_key_of;
 use crate::shared::St;
 use std::ffi::OsString;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
-use tierfs_cache::{SsdKey, KIND_DIR};
+use tierfs_cache::KIND_DIR;
 use tierfs_store::{Attr, FileKind, Store};
 
-/// What is known of one directory's record: the count of our changes (`Stamps::now`) when
-/// the last change to it came, and whether its record has been dropped since (a second
+/// What is known of one directory's record: the count of our changes
+/// (`Namespace::listing_changes`) when the last change to it came, and whether its record has been dropped since (a second
 /// drop is not needed until a listing is persisted again).
 #[derive(Clone, Copy)]
 pub(crate) struct Stamp {
@@ -45,15 +46,6 @@ pub(crate) struct Stamp {
 pub(crate) struct ListingStart {
     changes: u64,
     deferred: bool,
-}
-
-fn dir_key(dir: Ident) -> SsdKey {
-    SsdKey {
-        kind: KIND_DIR,
-        dev: dir.0,
-        ino: dir.1,
-        idx: 0,
-    }
 }
 
 impl<S: Store> Namespace<S> {
@@ -90,7 +82,7 @@ impl<S: Store> Namespace<S> {
             !std::mem::replace(&mut e.dropped, true)
         };
         if drop {
-            ssd.remove(&dir_key(dir));
+            ssd.remove(&meta_key_of(KIND_DIR, dir));
         }
     }
 
@@ -105,8 +97,8 @@ impl<S: Store> Namespace<S> {
         }
     }
 
-    /// Persists a listing of `dir` asked of the store when [`Namespace::listing_changes_now`]
-    /// gave `before` (`offer` hands it to the SSD tier), if no change of ours to the
+    /// Persists a listing of `dir` asked of the store after [`Namespace::listing_start`] gave
+    /// `start` (`offer` hands it to the SSD tier), if no change of ours to the
     /// directory or its entries came since and none is on its way to the store. The offer is
     /// made under the directory's stamp, so a change that comes after it drops it (its
     /// tombstone is queued after the offer), and one that came before stops it.
