@@ -3,6 +3,7 @@
 
 use crate::config::S3Config;
 use crate::errors::errno;
+use crate::lineage::Lineage;
 use crate::raw::RawClient;
 use crate::staging::{now, Staging};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
@@ -103,6 +104,8 @@ pub struct Ctx {
     pub(crate) lost_dir: Mutex<PathBuf>,
     /// The staging of every key with one, while a handle holds it.
     pub(crate) staged: Mutex<HashMap<Arc<str>, Weak<Staging>>>,
+    /// Which versions our own uploads replaced, so read handles follow them.
+    pub(crate) ours: Lineage,
 }
 
 impl Ctx {
@@ -117,6 +120,7 @@ impl Ctx {
             staging_dir: Mutex::new(tmp.clone()),
             lost_dir: Mutex::new(tmp.join("tierfs-lost")),
             staged: Mutex::new(HashMap::new()),
+            ours: Lineage::default(),
             cfg,
         }
     }

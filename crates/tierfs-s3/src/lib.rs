@@ -14,6 +14,7 @@ mod attrs;
 mod config;
 mod ctx;
 mod errors;
+mod lineage;
 mod raw;
 mod staging;
 mod store;

@@ -100,6 +100,16 @@ impl Staging {
         self.st.lock().dirty
     }
 
+    /// Whether the object at ETag `etag` (None: none) is the version this staging holds, or
+    /// was made from.
+    pub fn based_on(&self, etag: Option<&str>) -> bool {
+        let unquote = |e: &str| e.trim_matches('"').to_string();
+        match (&self.st.lock().base, etag) {
+            (Base::Etag(b), Some(e)) => unquote(b) == unquote(e),
+            _ => false,
+        }
+    }
+
     /// Copies the object in first if needed (`fetch` fills the file with the object of the
     /// base version and returns its length), so a change applies to the whole object.
     pub fn load(&self, fetch: impl FnOnce(&File, &mut Base) -> Result<u64>) -> Result<()> {

@@ -160,10 +160,17 @@ impl S3Store {
     /// (`expect`: the version the caller's writes were made on; another one in the bucket is
     /// a conflict).
     fn stage(&self, rel: &Arc<str>, expect: Option<Fingerprint>) -> Result<Arc<Staging>> {
-        if let Some(s) = self.staging_of(rel) {
-            return Ok(s);
+        let live = self.staging_of(rel);
+        if let Some(s) = live.as_ref().filter(|s| s.dirty()) {
+            return Ok(s.clone());
         }
         let (attr, etag) = self.head(rel)?;
+        // A clean staging (uploaded, or not written yet) may be kept alive by read handles
+        // long after: it is the base of new writes only while the bucket still holds its
+        // version, else they would be made on an old object and refused at upload.
+        if let Some(s) = live.as_ref().filter(|s| s.based_on(etag.as_deref())) {
+            return Ok(s.clone());
+        }
         let base = match (expect, etag) {
             (Some(fp), _) if fp != attr.fingerprint() => Base::Conflict(
                 "the object was changed in the bucket by another writer before our written \
@@ -178,10 +185,19 @@ impl S3Store {
         let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr)?);
         let mut reg = self.staged.lock();
         if let Some(other) = reg.get(rel).and_then(std::sync::Weak::upgrade) {
-            return Ok(other);
+            // Made by another open meanwhile (not the outdated one replaced here).
+            if !live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &other)) {
+                return Ok(other);
+            }
         }
         reg.insert(rel.clone(), Arc::downgrade(&s));
         Ok(s)
+    }
+
+    /// The version our own uploads made of the one read handle `h` was opened at (see
+    /// `lineage`): its attributes and ETag.
+    fn followed(&self, h: &S3Handle) -> Option<(Attr, String)> {
+        self.ours.follow(&h.rel, h.etag.as_deref()?)
     }
 
     fn file_node(rel: Arc<str>) -> S3Node {
@@ -449,6 +465,7 @@ impl Store for S3Store {
         }
         let key = self.key(&rel)?;
         self.run(self.client()?.s3.delete(&key))?;
+        self.ours.forget(&rel);
         if let Some(s) = self.staging_of(&rel) {
             // Writes through a handle still open go nowhere, as on any filesystem.
             s.st.lock().unlinked = true;
@@ -503,6 +520,9 @@ impl Store for S3Store {
         }
         let c = self.client()?;
         let (kf, kt) = (self.key(&from)?, self.key(&to)?);
+        // Neither name's next object is a version of ours to follow to.
+        self.ours.forget(&from);
+        self.ours.forget(&to);
         self.run(c.s3.copy(&kf, &kt))?;
         self.run(c.s3.delete(&kf))?;
         Ok(())
@@ -520,9 +540,11 @@ impl Store for S3Store {
             return self.open_write(&node.rel, flags, base);
         }
         if let Some(s) = self.staging_of(&node.rel).filter(|s| s.dirty()) {
+            // Our writes not uploaded yet: the handle reads them, and keeps them reachable
+            // (with what is written after) once uploaded, as a local file's descriptor would.
             let mut a = s.attr();
             a.ino = key_ino(&node.rel);
-            return Ok(self.handle(node.rel.clone(), a, None, None, flags));
+            return Ok(self.handle(node.rel.clone(), a, None, Some(s), flags));
         }
         let (attr, etag) = self.head(&node.rel)?;
         Ok(self.handle(node.rel.clone(), attr, etag, None, flags))
@@ -593,7 +615,10 @@ impl Store for S3Store {
                     _ => (g.remote.size, None),
                 }
             }
-            None => (h.attr.size, h.etag.clone()),
+            None => match self.followed(h) {
+                Some((a, e)) => (a.size, Some(e)),
+                None => (h.attr.size, h.etag.clone()),
+            },
         };
         let end = size.min(offset.saturating_add(len as u64));
         if offset >= end {
@@ -625,14 +650,17 @@ impl Store for S3Store {
     }
 
     fn fstat(&self, h: &S3Handle) -> Result<Attr> {
-        Ok(match &h.staging {
-            Some(s) => {
-                let mut a = s.attr();
-                a.ino = h.attr.ino;
-                a
-            }
-            None => h.attr,
-        })
+        let staged = h
+            .staging
+            .clone()
+            .or_else(|| self.staging_of(&h.rel).filter(|s| s.dirty()));
+        let mut a = match (staged, self.followed(h)) {
+            (Some(s), _) => s.attr(),
+            (None, Some((a, _))) => a,
+            (None, None) => h.attr,
+        };
+        a.ino = h.attr.ino;
+        Ok(a)
     }
 
     /// The object is durable in the bucket when this returns (uploaded if staged).

@@ -80,8 +80,11 @@ impl Ctx {
         // Last-Modified is only in a HEAD (a PUT answers with the ETag alone).
         let head = self.key(&s.rel).and_then(|k| self.run(c.s3.head(&k)));
         let mut g = s.st.lock();
+        // The ETag as a HEAD spells it: what read handles carry and send back in If-Match.
+        let mut seen = etag.clone();
         let mut remote = match head {
             Ok(m) if m.e_tag.as_deref().map(unquote) == Some(unquote(&etag)) => {
+                seen = m.e_tag.clone().unwrap_or(seen);
                 object_attr(&m, self.owner)
             }
             // Replaced again at once by someone else: ours was uploaded, theirs is newer;
@@ -96,6 +99,10 @@ impl Ctx {
             }
         };
         remote.ino = key_ino(&s.rel);
+        if let Base::Etag(from) = &base {
+            // Handles still at `from` follow to ours (see `lineage`).
+            self.ours.record(&s.rel, unquote(from), &seen, remote);
+        }
         g.remote = remote;
         g.base = Base::Etag(etag);
         if g.changes == changes {

@@ -223,3 +223,66 @@ fn wrong_credentials_or_bucket_are_one_clear_error() {
         .unwrap();
     assert!(e.contains("no such bucket"), "{e}");
 }
+
+/// A read handle is pinned to its version (If-Match), but a version our own upload made of
+/// it is followed, as a local descriptor sees writes made through another: its attributes
+/// and reads show our writes, never the object from before them (tierfs took that for a
+/// change behind its back and served zeros where a write-back flush had just put data).
+/// A version someone else made is never followed.
+#[test]
+fn a_read_handle_follows_our_own_uploads_and_no_one_elses() {
+    let server = S3Server::start(&["data"]);
+    let put = Putter::new(&server, "data");
+    let old = bytes(3, 5000);
+    put.put("pre/f", &old);
+    let store = S3Store::open(config(&server, "data", "pre", SECRET)).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    store
+        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
+        .unwrap();
+    let (root, _) = store.root().unwrap();
+    let (f, _) = store.lookup(&root, OsStr::new("f")).unwrap();
+    let all = |h: &tierfs_s3::S3Handle| {
+        let mut buf = vec![0u8; 1 << 16];
+        store.read(h, 0, &mut buf).map(|n| buf[..n].to_vec())
+    };
+
+    // Opened before our writes; they are uploaded and their staging is gone.
+    let r = store.open(&f, libc::O_RDONLY).unwrap();
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 9000, b"fresh").unwrap();
+    store.fsync(&w, false).unwrap();
+    drop(w);
+    let mut want = old.clone();
+    want.resize(9000, 0);
+    want.extend_from_slice(b"fresh");
+    assert_eq!(store.fstat(&r).unwrap().size, 9005);
+    assert!(all(&r).unwrap() == want, "the handle shows our upload");
+
+    // Opened while our writes were staged, read after they were uploaded.
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 9005, b"more").unwrap();
+    let r2 = store.open(&f, libc::O_RDONLY).unwrap();
+    store.fsync(&w, false).unwrap();
+    drop(w);
+    want.extend_from_slice(b"more");
+    for h in [&r, &r2] {
+        assert_eq!(store.fstat(h).unwrap().size, want.len() as u64);
+        assert!(all(h).unwrap() == want);
+    }
+    assert_eq!(put.get("pre/f"), want);
+
+    // Replaced by another writer: a handle reads its own version or nothing (ESTALE), never
+    // theirs; new writes are made on theirs, not on the version a reader still holds.
+    put.put("pre/f", b"theirs");
+    assert!(all(&r2).unwrap() == want, "r2 holds our version");
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 6, b"+ours").unwrap();
+    store.fsync(&w, false).unwrap();
+    drop(w);
+    assert_eq!(put.get("pre/f"), b"theirs+ours");
+    drop(r2);
+    assert_eq!(all(&r).unwrap_err(), Errno::ESTALE);
+    let r3 = store.open(&f, libc::O_RDONLY).unwrap();
+    assert_eq!(all(&r3).unwrap(), b"theirs+ours");
+}
