@@ -251,6 +251,35 @@ impl MetaCache {
     /// Forgets `id`'s attributes: one of our own operations changed them just now.
     pub fn drop_attr(&self, id: Ident) {
         self.attrs.remove(&id);
+        self.mark_changed(id);
+    }
+
+    /// Our own operation added (`nlink` 1 for a subdirectory, else 0) or removed (-1, 0) a
+    /// name in directory `dir`: its cached attributes, if fresh, get the change's times
+    /// (and link count) and keep their validation time, so the store's own replace them
+    /// within `meta.ttl` as usual. Dropping them instead cost a store round trip per created
+    /// file: with `default_permissions` the kernel asks for the directory's attributes
+    /// before the next lookup in it (an untar over sshfs paid 4.6 ms more per file).
+    pub fn touch_dir(&self, dir: Ident, nlink: i32) {
+        let now = tierfs_store::TimeSpec::now();
+        let kept = match self.attrs.get_mut(&dir) {
+            Some(mut e) if self.fresh(e.1) && e.0.kind == FileKind::Dir => {
+                e.0.mtime = now;
+                e.0.ctime = now;
+                e.0.nlink = e.0.nlink.saturating_add_signed(nlink).max(1);
+                true
+            }
+            _ => false,
+        };
+        if kept {
+            // Attributes asked for before the change are not cached after it.
+            self.mark_changed(dir);
+        } else {
+            self.drop_attr(dir);
+        }
+    }
+
+    fn mark_changed(&self, id: Ident) {
         if self.changed.len() >= self.max_entries() {
             // Only fetches in flight need the record: a minute is ample.
             self.changed
@@ -377,7 +406,7 @@ impl MetaCache {
         }
         self.put_attr(attr, Instant::now());
         // The directory's own mtime/ctime moved.
-        self.drop_attr(dir);
+        self.touch_dir(dir, i32::from(attr.kind == FileKind::Dir));
     }
 
     /// A lookup in the backing store found `name` in `dir`: a listing we hold gets it, if it
@@ -401,11 +430,12 @@ impl MetaCache {
             l.version = next_version();
             l.names.remove(name)
         });
-        if let Some(c) = removed {
+        if let Some(c) = &removed {
             // Its link count and ctime changed.
             self.drop_attr(c.id);
         }
-        self.drop_attr(dir);
+        let subdir = removed.as_ref().is_some_and(|c| c.kind == FileKind::Dir);
+        self.touch_dir(dir, -i32::from(subdir));
         removed
     }
 
@@ -507,10 +537,13 @@ mod tests {
             ..dir(6, 101)
         };
         m.add_name(ident(&d), OsStr::new("f"), &child);
-        assert!(m.attr(ident(&d)).is_none(), "our create changed its times");
+        let touched = m.attr(ident(&d)).expect("kept, with the create's times").0;
+        assert!(touched.mtime.sec > 100 && touched.ctime.sec > 100);
+        assert_eq!(touched.nlink, d.nlink, "a file is no link of the directory");
         assert_eq!(m.put_attr_fetched(&d, asked).mtime.sec, 100);
-        assert!(
-            m.attr(ident(&d)).is_none(),
+        assert_eq!(
+            m.attr(ident(&d)).map(|(a, _)| a.mtime),
+            Some(touched.mtime),
             "an answer asked for before our create must not be cached"
         );
         // Asked for after it: kept.
@@ -519,6 +552,26 @@ mod tests {
         assert_eq!(m.attr(ident(&d)).map(|(a, _)| a.mtime.sec), Some(101));
         // And the record of the change is gone with it.
         assert!(m.changed.is_empty());
+    }
+
+    /// A subdirectory made or removed by us moves the directory's link count; the touched
+    /// attributes expire when the ones they were made from would have.
+    #[test]
+    fn our_own_names_move_the_directory_times_and_links_until_the_ttl() {
+        let m = MetaCache::new(Duration::from_millis(300), 1000, false);
+        let d = dir(5, 100);
+        m.put_attr(&d, Instant::now());
+        let sub = dir(7, 100);
+        m.add_name(ident(&d), OsStr::new("s"), &sub);
+        assert_eq!(m.attr(ident(&d)).unwrap().0.nlink, d.nlink + 1);
+        m.put_listing(ident(&d), &[(OsString::from("s"), sub)], Instant::now());
+        m.remove_name(ident(&d), OsStr::new("s"));
+        assert_eq!(m.attr(ident(&d)).unwrap().0.nlink, d.nlink);
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(m.attr(ident(&d)).is_none(), "asked again after meta.ttl");
+        // Not cached: nothing is made up.
+        m.add_name(ident(&d), OsStr::new("t"), &sub);
+        assert!(m.attr(ident(&d)).is_none());
     }
 
     #[test]
