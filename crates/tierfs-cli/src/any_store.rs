@@ -264,6 +264,9 @@ impl Store for AnyStore {
     fn publishes_at_sync(&self) -> bool {
         matches!(self, AnyStore::S3(_))
     }
+    fn dirs_track_names(&self) -> bool {
+        !matches!(self, AnyStore::S3(_))
+    }
     fn open_based(
         &self,
         node: &AnyNode,

@@ -234,6 +234,9 @@ impl<S: Store> Store for CountedStore<S> {
     fn publishes_at_sync(&self) -> bool {
         self.inner.publishes_at_sync()
     }
+    fn dirs_track_names(&self) -> bool {
+        self.inner.dirs_track_names()
+    }
     fn create(
         &self,
         parent: &S::Node,

@@ -320,6 +320,9 @@ impl<S: Store> Store for IdStore<S> {
     fn publishes_at_sync(&self) -> bool {
         self.inner.publishes_at_sync()
     }
+    fn dirs_track_names(&self) -> bool {
+        self.inner.dirs_track_names()
+    }
     fn create(
         &self,
         parent: &Self::Node,

@@ -102,6 +102,8 @@ pub struct MetaCache {
     /// Set while the backing store is gone (`health`): every record answers, whatever its
     /// age, since the store cannot.
     stale_ok: Arc<AtomicBool>,
+    /// The store's directory attributes follow the names in them (`Store::dirs_track_names`).
+    dirs_track_names: bool,
 }
 
 /// What a cached listing says about a name.
@@ -127,7 +129,14 @@ impl MetaCache {
             ttl: AtomicDuration::new(ttl),
             max_entries: AtomicUsize::new(max_entries),
             stale_ok: Arc::default(),
+            dirs_track_names: true,
         }
+    }
+
+    /// Whether the store's directory attributes change with the names in them (not S3's:
+    /// they stay as cached, since the store's would be the same).
+    pub fn set_dirs_track_names(&mut self, yes: bool) {
+        self.dirs_track_names = yes;
     }
 
     /// Records answer whatever their age while `flag` is set (the store is gone).
@@ -250,8 +259,10 @@ impl MetaCache {
 
     /// Forgets `id`'s attributes: one of our own operations changed them just now.
     pub fn drop_attr(&self, id: Ident) {
-        self.attrs.remove(&id);
+        // Recorded first: an answer asked for before the change and put between the two
+        // steps would otherwise stay.
         self.mark_changed(id);
+        self.attrs.remove(&id);
     }
 
     /// Our own operation added (`nlink` 1 for a subdirectory, else 0) or removed (-1, 0) a
@@ -261,21 +272,27 @@ impl MetaCache {
     /// file: with `default_permissions` the kernel asks for the directory's attributes
     /// before the next lookup in it (an untar over sshfs paid 4.6 ms more per file).
     pub fn touch_dir(&self, dir: Ident, nlink: i32) {
+        if !self.dirs_track_names {
+            return;
+        }
+        // Recorded first: an answer asked for before the change and put meanwhile must not
+        // replace what is touched below.
+        self.mark_changed(dir);
         let now = tierfs_store::TimeSpec::now();
         let kept = match self.attrs.get_mut(&dir) {
             Some(mut e) if self.fresh(e.1) && e.0.kind == FileKind::Dir => {
                 e.0.mtime = now;
                 e.0.ctime = now;
-                e.0.nlink = e.0.nlink.saturating_add_signed(nlink).max(1);
+                // (A store that counts no subdirectories shows 1: left so.)
+                if e.0.nlink >= 2 {
+                    e.0.nlink = e.0.nlink.saturating_add_signed(nlink).max(2);
+                }
                 true
             }
             _ => false,
         };
-        if kept {
-            // Attributes asked for before the change are not cached after it.
-            self.mark_changed(dir);
-        } else {
-            self.drop_attr(dir);
+        if !kept {
+            self.attrs.remove(&dir);
         }
     }
 
@@ -434,8 +451,11 @@ impl MetaCache {
             // Its link count and ctime changed.
             self.drop_attr(c.id);
         }
-        let subdir = removed.as_ref().is_some_and(|c| c.kind == FileKind::Dir);
-        self.touch_dir(dir, -i32::from(subdir));
+        match &removed {
+            Some(c) => self.touch_dir(dir, -i32::from(c.kind == FileKind::Dir)),
+            // Not in a listing: whether it was a subdirectory (a link of `dir`) is unknown.
+            None => self.drop_attr(dir),
+        }
         removed
     }
 
@@ -567,11 +587,24 @@ mod tests {
         m.put_listing(ident(&d), &[(OsString::from("s"), sub)], Instant::now());
         m.remove_name(ident(&d), OsStr::new("s"));
         assert_eq!(m.attr(ident(&d)).unwrap().0.nlink, d.nlink);
+        // A name no listing holds may have been a subdirectory: asked for again.
+        m.remove_name(ident(&d), OsStr::new("unlisted"));
+        assert!(m.attr(ident(&d)).is_none());
+        m.put_attr(&d, Instant::now());
         std::thread::sleep(Duration::from_millis(350));
         assert!(m.attr(ident(&d)).is_none(), "asked again after meta.ttl");
         // Not cached: nothing is made up.
         m.add_name(ident(&d), OsStr::new("t"), &sub);
         assert!(m.attr(ident(&d)).is_none());
+        // A store whose directories do not follow their names (S3) keeps them as they are.
+        let mut s3 = MetaCache::new(Duration::from_secs(60), 1000, true);
+        s3.set_dirs_track_names(false);
+        s3.put_attr(&d, Instant::now());
+        s3.add_name(ident(&d), OsStr::new("s"), &sub);
+        assert_eq!(
+            s3.attr(ident(&d)).map(|(a, _)| (a.nlink, a.mtime)),
+            Some((d.nlink, d.mtime))
+        );
     }
 
     #[test]

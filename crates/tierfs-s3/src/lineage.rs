@@ -10,7 +10,9 @@
 //!
 //! Only chains of our own conditional uploads are recorded (If-Match on the ETag the handle
 //! has): a version someone else made is never followed, and a handle reading it still gets
-//! ESTALE. The record is bounded; a forgotten step only brings that ESTALE back.
+//! ESTALE; nor a version of ours made before the handle was opened (its ETag may be that of
+//! bytes someone else put back since). The record is bounded; a forgotten step only brings
+//! that ESTALE back.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -19,50 +21,74 @@ use tierfs_store::Attr;
 
 /// Steps kept per key: a handle more than this many of our uploads behind re-opens (ESTALE).
 const STEPS_PER_KEY: usize = 8;
-/// Keys kept; past it the record starts afresh (see the module comment).
+/// Keys kept; past it the half least recently uploaded to are forgotten.
 const MAX_KEYS: usize = 8192;
 
 struct Step {
+    /// When it was recorded ([`Lineage::now`]): a handle follows only steps after its open.
+    seq: u64,
     from: String,
     to: String,
     attr: Attr,
 }
 
 #[derive(Default)]
+struct Inner {
+    steps: HashMap<Arc<str>, Vec<Step>>,
+    seq: u64,
+}
+
+#[derive(Default)]
 pub(crate) struct Lineage {
-    steps: Mutex<HashMap<Arc<str>, Vec<Step>>>,
+    inner: Mutex<Inner>,
 }
 
 impl Lineage {
+    /// The position a handle opened now starts from (taken before its HEAD: an upload that
+    /// lands meanwhile is then followed if the HEAD saw the version before it).
+    pub fn now(&self) -> u64 {
+        self.inner.lock().seq
+    }
+
     /// Our upload replaced version `from` of `rel` with `to`, whose attributes are `attr`.
     /// ETags are compared without their quotes; `to` is kept as given.
     pub fn record(&self, rel: &Arc<str>, from: &str, to: &str, attr: Attr) {
-        let from = from.trim_matches('"');
-        // (ETags are content hashes: the same bytes uploaded again make A -> B -> A.)
-        let mut g = self.steps.lock();
-        if g.len() >= MAX_KEYS && !g.contains_key(rel) {
-            g.clear();
+        let mut g = self.inner.lock();
+        g.seq += 1;
+        let seq = g.seq;
+        if g.steps.len() >= MAX_KEYS && !g.steps.contains_key(rel) {
+            let mut last: Vec<u64> = g
+                .steps
+                .values()
+                .filter_map(|v| v.last().map(|s| s.seq))
+                .collect();
+            let (_, median, _) = last.select_nth_unstable(MAX_KEYS / 2);
+            let cut = *median;
+            g.steps.retain(|_, v| v.last().is_some_and(|s| s.seq > cut));
         }
-        let v = g.entry(rel.clone()).or_default();
+        let v = g.steps.entry(rel.clone()).or_default();
         if v.len() >= STEPS_PER_KEY {
             v.remove(0);
         }
         v.push(Step {
-            from: from.to_string(),
+            seq,
+            from: from.trim_matches('"').to_string(),
             to: to.to_string(),
             attr,
         });
     }
 
-    /// The version of `rel` that our own uploads made of version `etag`, if any: its
-    /// attributes and ETag.
-    pub fn follow(&self, rel: &str, etag: &str) -> Option<(Attr, String)> {
-        let g = self.steps.lock();
-        let v = g.get(rel)?;
+    /// The version of `rel` that our own uploads, made after position `since`, made of
+    /// version `etag`, if any: its attributes and ETag. (ETags are content hashes: someone
+    /// else may put back bytes that one of ours had replaced; their object is not ours to
+    /// follow, and a handle opened on it started after that step.)
+    pub fn follow(&self, rel: &str, etag: &str, since: u64) -> Option<(Attr, String)> {
+        let g = self.inner.lock();
+        let v = g.steps.get(rel)?;
         let etag = etag.trim_matches('"');
-        // Steps are in upload order: from the last upload made over the handle's version,
-        // along the uploads that followed it.
-        let mut j = v.iter().rposition(|s| s.from == etag)?;
+        // Steps are in upload order: from the first upload after `since` made over the
+        // handle's version, along the uploads that followed it.
+        let mut j = v.iter().position(|s| s.seq > since && s.from == etag)?;
         while j + 1 < v.len() && v[j + 1].from == v[j].to.trim_matches('"') {
             j += 1;
         }
@@ -73,7 +99,7 @@ impl Lineage {
 
     /// `rel` was removed or renamed: a later object of that name is not ours to follow to.
     pub fn forget(&self, rel: &str) {
-        self.steps.lock().remove(rel);
+        self.inner.lock().steps.remove(rel);
     }
 }
 
@@ -105,21 +131,41 @@ mod tests {
     fn a_handle_follows_our_uploads_to_the_newest_and_no_other_version() {
         let l = Lineage::default();
         let k: Arc<str> = "d/f".into();
-        assert!(l.follow("d/f", "e1").is_none());
+        let at_open = l.now();
+        assert!(l.follow("d/f", "e1", at_open).is_none());
         l.record(&k, "e1", "e2", attr(5000));
-        l.record(&k, "e2", "e3", attr(9005));
-        let (a, e) = l.follow("d/f", "e1").unwrap();
-        assert_eq!((a.size, e.as_str()), (9005, "e3"));
-        assert_eq!(l.follow("d/f", "e2").unwrap().1, "e3");
+        l.record(&k, "\"e2\"", "\"e3\"", attr(9005));
+        let (a, e) = l.follow("d/f", "\"e1\"", at_open).unwrap();
+        assert_eq!((a.size, e.as_str()), (9005, "\"e3\""));
+        assert_eq!(l.follow("d/f", "e2", at_open).unwrap().1, "\"e3\"");
         // The newest version, and versions we did not make, go nowhere.
-        assert!(l.follow("d/f", "e3").is_none());
-        assert!(l.follow("d/f", "x").is_none());
-        assert!(l.follow("d/g", "e1").is_none());
+        assert!(l.follow("d/f", "e3", at_open).is_none());
+        assert!(l.follow("d/f", "x", at_open).is_none());
+        assert!(l.follow("d/g", "e1", at_open).is_none());
+        // Someone else put back the bytes of e1: a handle opened on their object now does
+        // not follow our old upload.
+        assert!(l.follow("d/f", "e1", l.now()).is_none());
         // The same contents uploaded again (A -> B -> C -> A): the newest, without looping.
         l.record(&k, "e3", "e1", attr(5000));
-        assert_eq!(l.follow("d/f", "e2").unwrap().1, "e1");
-        assert!(l.follow("d/f", "e1").is_none());
+        assert_eq!(l.follow("d/f", "e2", at_open).unwrap().1, "e1");
+        assert!(l.follow("d/f", "e1", at_open).is_none());
         l.forget("d/f");
-        assert!(l.follow("d/f", "e1").is_none());
+        assert!(l.follow("d/f", "e1", at_open).is_none());
+    }
+
+    #[test]
+    fn a_full_record_forgets_the_keys_uploaded_to_longest_ago() {
+        let l = Lineage::default();
+        let at_open = l.now();
+        for i in 0..MAX_KEYS + 10 {
+            let k: Arc<str> = format!("k{i}").into();
+            l.record(&k, "a", "b", attr(1));
+        }
+        let n = l.inner.lock().steps.len();
+        assert!(n <= MAX_KEYS / 2 + 11, "{n}");
+        assert!(l.follow("k0", "a", at_open).is_none());
+        assert!(l
+            .follow(&format!("k{}", MAX_KEYS + 9), "a", at_open)
+            .is_some());
     }
 }

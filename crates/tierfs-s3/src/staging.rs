@@ -100,6 +100,12 @@ impl Staging {
         self.st.lock().dirty
     }
 
+    /// What changes when the staging is written to or uploaded: its change count and base.
+    pub fn mark(&self) -> (u64, Base) {
+        let g = self.st.lock();
+        (g.changes, g.base.clone())
+    }
+
     /// Whether the object at ETag `etag` (None: none) is the version this staging holds, or
     /// was made from.
     pub fn based_on(&self, etag: Option<&str>) -> bool {

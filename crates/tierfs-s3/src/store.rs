@@ -36,6 +36,10 @@ pub struct S3Handle {
     etag: Option<String>,
     staging: Option<Arc<Staging>>,
     append: bool,
+    /// Opened for writing (a read-only handle may hold a staging too, to read it).
+    writable: bool,
+    /// Where our own uploads stood when it was opened (see `lineage`).
+    since: u64,
     ctx: Arc<Ctx>,
 }
 
@@ -164,6 +168,7 @@ impl S3Store {
         if let Some(s) = live.as_ref().filter(|s| s.dirty()) {
             return Ok(s.clone());
         }
+        let mark = live.as_ref().map(|s| s.mark());
         let (attr, etag) = self.head(rel)?;
         // A clean staging (uploaded, or not written yet) may be kept alive by read handles
         // long after: it is the base of new writes only while the bucket still holds its
@@ -185,8 +190,10 @@ impl S3Store {
         let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr)?);
         let mut reg = self.staged.lock();
         if let Some(other) = reg.get(rel).and_then(std::sync::Weak::upgrade) {
-            // Made by another open meanwhile (not the outdated one replaced here).
-            if !live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &other)) {
+            // Made by another open meanwhile; or the one found outdated above, written to or
+            // uploaded since the HEAD (which may then show the version before its upload).
+            let replaced = live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &other));
+            if !replaced || other.dirty() || mark.as_ref() != Some(&other.mark()) {
                 return Ok(other);
             }
         }
@@ -194,10 +201,28 @@ impl S3Store {
         Ok(s)
     }
 
+    /// The name `rel` is gone (unlinked, renamed over): writes through a handle still open
+    /// on its staging go nowhere, as on any filesystem, and the next object of that name is
+    /// staged afresh (a re-create never writes into the old staging, which is never
+    /// uploaded).
+    fn retire_staging(&self, rel: &str) {
+        if let Some(s) = self.staged.lock().remove(rel).and_then(|w| w.upgrade()) {
+            s.st.lock().unlinked = true;
+        }
+    }
+
     /// The version our own uploads made of the one read handle `h` was opened at (see
     /// `lineage`): its attributes and ETag.
     fn followed(&self, h: &S3Handle) -> Option<(Attr, String)> {
-        self.ours.follow(&h.rel, h.etag.as_deref()?)
+        self.ours.follow(&h.rel, h.etag.as_deref()?, h.since)
+    }
+
+    /// The staging a read of handle `h` (which has none of its own) is answered from: the
+    /// key's, while it holds writes not uploaded yet, or while it is the very version the
+    /// handle reads (one a reader holds may be older than the bucket's).
+    fn shared_staging(&self, h: &S3Handle, etag: Option<&str>) -> Option<Arc<Staging>> {
+        self.staging_of(&h.rel)
+            .filter(|s| s.dirty() || (etag.is_some() && s.based_on(etag)))
     }
 
     fn file_node(rel: Arc<str>) -> S3Node {
@@ -214,6 +239,7 @@ impl S3Store {
         etag: Option<String>,
         s: Option<Arc<Staging>>,
         flags: i32,
+        since: u64,
     ) -> S3Handle {
         S3Handle {
             rel,
@@ -221,6 +247,8 @@ impl S3Store {
             etag,
             staging: s,
             append: flags & libc::O_APPEND != 0,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0,
+            since,
             ctx: self.ctx.clone(),
         }
     }
@@ -238,7 +266,7 @@ impl S3Store {
         }
         let mut a = s.attr();
         a.ino = key_ino(rel);
-        Ok(self.handle(rel.clone(), a, None, Some(s), flags))
+        Ok(self.handle(rel.clone(), a, None, Some(s), flags, self.ours.now()))
     }
 
     /// The object of a directory entry that is in the way of a new one, if any.
@@ -466,10 +494,7 @@ impl Store for S3Store {
         let key = self.key(&rel)?;
         self.run(self.client()?.s3.delete(&key))?;
         self.ours.forget(&rel);
-        if let Some(s) = self.staging_of(&rel) {
-            // Writes through a handle still open go nowhere, as on any filesystem.
-            s.st.lock().unlinked = true;
-        }
+        self.retire_staging(&rel);
         Ok(())
     }
 
@@ -520,9 +545,12 @@ impl Store for S3Store {
         }
         let c = self.client()?;
         let (kf, kt) = (self.key(&from)?, self.key(&to)?);
-        // Neither name's next object is a version of ours to follow to.
+        // Neither name's next object is a version of ours to follow to, nor is what is
+        // staged under either name (uploaded above for `from`) a base for new writes.
         self.ours.forget(&from);
         self.ours.forget(&to);
+        self.staged.lock().remove(&from);
+        self.retire_staging(&to);
         self.run(c.s3.copy(&kf, &kt))?;
         self.run(c.s3.delete(&kf))?;
         Ok(())
@@ -539,15 +567,16 @@ impl Store for S3Store {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return self.open_write(&node.rel, flags, base);
         }
+        let since = self.ours.now();
         if let Some(s) = self.staging_of(&node.rel).filter(|s| s.dirty()) {
             // Our writes not uploaded yet: the handle reads them, and keeps them reachable
             // (with what is written after) once uploaded, as a local file's descriptor would.
             let mut a = s.attr();
             a.ino = key_ino(&node.rel);
-            return Ok(self.handle(node.rel.clone(), a, None, Some(s), flags));
+            return Ok(self.handle(node.rel.clone(), a, None, Some(s), flags, since));
         }
         let (attr, etag) = self.head(&node.rel)?;
-        Ok(self.handle(node.rel.clone(), attr, etag, None, flags))
+        Ok(self.handle(node.rel.clone(), attr, etag, None, flags, since))
     }
 
     /// A new object exists at once (an empty PUT with If-None-Match): other hosts and
@@ -596,11 +625,18 @@ impl Store for S3Store {
 
     /// The HTTP body itself: no zeroed buffer, no copy.
     fn read_bytes(&self, h: &S3Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
-        let staged = h
-            .staging
-            .clone()
-            .or_else(|| self.staging_of(&h.rel))
-            .filter(|s| s.st.lock().loaded);
+        // The version a handle without a staging of its own reads: the one it was opened at,
+        // or what our own uploads made of it.
+        let followed = h.staging.is_none().then(|| self.followed(h)).flatten();
+        let cur_etag = followed
+            .as_ref()
+            .map(|(_, e)| e.as_str())
+            .or(h.etag.as_deref());
+        let staged = match &h.staging {
+            Some(s) => Some(s.clone()),
+            None => self.shared_staging(h, cur_etag),
+        }
+        .filter(|s| s.st.lock().loaded);
         if let Some(s) = staged {
             let mut buf = vec![0u8; len];
             let n = s.read_at(offset, &mut buf)?;
@@ -615,7 +651,7 @@ impl Store for S3Store {
                     _ => (g.remote.size, None),
                 }
             }
-            None => match self.followed(h) {
+            None => match followed {
                 Some((a, e)) => (a.size, Some(e)),
                 None => (h.attr.size, h.etag.clone()),
             },
@@ -642,7 +678,11 @@ impl Store for S3Store {
     }
 
     fn write(&self, h: &S3Handle, offset: u64, data: &[u8]) -> Result<u64> {
-        let s = h.staging.as_ref().ok_or(Errno::EBADF)?;
+        let s = h
+            .staging
+            .as_ref()
+            .filter(|_| h.writable)
+            .ok_or(Errno::EBADF)?;
         self.load(s)?;
         let at = if h.append { s.st.lock().size } else { offset };
         s.write_at(at, data)?;
@@ -650,11 +690,17 @@ impl Store for S3Store {
     }
 
     fn fstat(&self, h: &S3Handle) -> Result<Attr> {
-        let staged = h
-            .staging
-            .clone()
-            .or_else(|| self.staging_of(&h.rel).filter(|s| s.dirty()));
-        let mut a = match (staged, self.followed(h)) {
+        // As `read_bytes` chooses what to read.
+        let followed = h.staging.is_none().then(|| self.followed(h)).flatten();
+        let cur_etag = followed
+            .as_ref()
+            .map(|(_, e)| e.as_str())
+            .or(h.etag.as_deref());
+        let staged = match &h.staging {
+            Some(s) => Some(s.clone()),
+            None => self.shared_staging(h, cur_etag),
+        };
+        let mut a = match (staged, followed) {
             (Some(s), _) => s.attr(),
             (None, Some((a, _))) => a,
             (None, None) => h.attr,
@@ -677,6 +723,10 @@ impl Store for S3Store {
 
     fn publishes_at_sync(&self) -> bool {
         true
+    }
+
+    fn dirs_track_names(&self) -> bool {
+        false
     }
 
     fn fsyncdir(&self, _: &S3Node, _: bool) -> Result<()> {

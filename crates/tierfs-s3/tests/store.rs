@@ -276,6 +276,9 @@ fn a_read_handle_follows_our_own_uploads_and_no_one_elses() {
     // theirs; new writes are made on theirs, not on the version a reader still holds.
     put.put("pre/f", b"theirs");
     assert!(all(&r2).unwrap() == want, "r2 holds our version");
+    let r_new = store.open(&f, libc::O_RDONLY).unwrap();
+    assert_eq!(all(&r_new).unwrap(), b"theirs", "not the staging r2 holds");
+    assert_eq!(store.fstat(&r_new).unwrap().size, 6);
     let w = store.open(&f, libc::O_WRONLY).unwrap();
     store.write(&w, 6, b"+ours").unwrap();
     store.fsync(&w, false).unwrap();
@@ -285,4 +288,53 @@ fn a_read_handle_follows_our_own_uploads_and_no_one_elses() {
     assert_eq!(all(&r).unwrap_err(), Errno::ESTALE);
     let r3 = store.open(&f, libc::O_RDONLY).unwrap();
     assert_eq!(all(&r3).unwrap(), b"theirs+ours");
+}
+
+/// What a staging held by a reader must not do: take the writes of a name made again after
+/// an unlink (they were never uploaded), or make a handle follow one of our old uploads
+/// because someone else put back the bytes it had replaced (ETags are content hashes).
+#[test]
+fn a_reader_keeps_no_old_name_or_old_version_alive() {
+    let server = S3Server::start(&["data"]);
+    let put = Putter::new(&server, "data");
+    put.put("pre/f", b"aaa");
+    let store = S3Store::open(config(&server, "data", "pre", SECRET)).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    store
+        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
+        .unwrap();
+    let (root, _) = store.root().unwrap();
+    let (f, _) = store.lookup(&root, OsStr::new("f")).unwrap();
+    let all = |h: &tierfs_s3::S3Handle| {
+        let mut buf = vec![0u8; 1 << 16];
+        store.read(h, 0, &mut buf).map(|n| buf[..n].to_vec())
+    };
+
+    // Unlinked while a reader holds its staged writes, then made again: the new writes
+    // reach the bucket.
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 0, b"old").unwrap();
+    let r = store.open(&f, libc::O_RDONLY).unwrap();
+    assert_eq!(store.write(&r, 0, b"x").unwrap_err(), Errno::EBADF);
+    drop(w);
+    store.unlink(&root, OsStr::new("f")).unwrap();
+    let (f, _, w) = store
+        .create(&root, OsStr::new("f"), 0o644, libc::O_WRONLY, None)
+        .unwrap();
+    store.write(&w, 0, b"new").unwrap();
+    store.fsync(&w, false).unwrap();
+    drop(w);
+    assert_eq!(put.get("pre/f"), b"new");
+    drop(r);
+
+    // Ours replaced "new" with "bbb"; someone else puts "new" back (the same ETag as before
+    // our upload): a handle opened on theirs reads theirs.
+    let w = store.open(&f, libc::O_WRONLY).unwrap();
+    store.write(&w, 0, b"bbb").unwrap();
+    store.fsync(&w, false).unwrap();
+    drop(w);
+    put.put("pre/f", b"new");
+    let r = store.open(&f, libc::O_RDONLY).unwrap();
+    assert_eq!(all(&r).unwrap(), b"new");
+    assert_eq!(store.fstat(&r).unwrap().size, 3);
 }

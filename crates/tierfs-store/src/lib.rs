@@ -149,6 +149,12 @@ pub trait Store: Send + Sync + 'static {
     fn publishes_at_sync(&self) -> bool {
         false
     }
+    /// A directory's attributes follow the names in it: a create or unlink there moves its
+    /// mtime and ctime, a subdirectory its link count. Not on S3, whose directories have
+    /// fixed, made-up attributes.
+    fn dirs_track_names(&self) -> bool {
+        true
+    }
     /// Creates (or opens, without O_EXCL) a regular file.
     fn create(
         &self,

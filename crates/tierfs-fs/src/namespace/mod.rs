@@ -85,6 +85,7 @@ impl<S: Store> Namespace<S> {
             sh.store.identity_kind() == tierfs_store::Identity::Path,
         );
         meta.serve_stale_while(sh.store.inner().health.gone_flag());
+        meta.set_dirs_track_names(sh.store.dirs_track_names());
         let ns = Namespace {
             inodes: InodeTable::new(root, root_attr, 1 << 20),
             meta,
