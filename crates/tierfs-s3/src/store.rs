@@ -217,12 +217,24 @@ impl S3Store {
         self.ours.follow(&h.rel, h.etag.as_deref()?, h.since)
     }
 
-    /// The staging a read of handle `h` (which has none of its own) is answered from: the
-    /// key's, while it holds writes not uploaded yet, or while it is the very version the
-    /// handle reads (one a reader holds may be older than the bucket's).
-    fn shared_staging(&self, h: &S3Handle, etag: Option<&str>) -> Option<Arc<Staging>> {
-        self.staging_of(&h.rel)
-            .filter(|s| s.dirty() || (etag.is_some() && s.based_on(etag)))
+    /// What handle `h` reads and shows (`read_bytes` and `fstat` alike): a staging (its own;
+    /// else the key's, while it holds writes not uploaded yet or is the very version the
+    /// handle reads: one a reader holds may be older than the bucket's), and for a handle
+    /// without a staging of its own, the version our uploads made of the one it was opened
+    /// at.
+    fn current(&self, h: &S3Handle) -> (Option<Arc<Staging>>, Option<(Attr, String)>) {
+        if let Some(s) = &h.staging {
+            return (Some(s.clone()), None);
+        }
+        let followed = self.followed(h);
+        let etag = followed
+            .as_ref()
+            .map(|(_, e)| e.as_str())
+            .or(h.etag.as_deref());
+        let shared = self
+            .staging_of(&h.rel)
+            .filter(|s| s.dirty() || (etag.is_some() && s.based_on(etag)));
+        (shared, followed)
     }
 
     fn file_node(rel: Arc<str>) -> S3Node {
@@ -625,18 +637,8 @@ impl Store for S3Store {
 
     /// The HTTP body itself: no zeroed buffer, no copy.
     fn read_bytes(&self, h: &S3Handle, offset: u64, len: usize) -> Result<bytes::Bytes> {
-        // The version a handle without a staging of its own reads: the one it was opened at,
-        // or what our own uploads made of it.
-        let followed = h.staging.is_none().then(|| self.followed(h)).flatten();
-        let cur_etag = followed
-            .as_ref()
-            .map(|(_, e)| e.as_str())
-            .or(h.etag.as_deref());
-        let staged = match &h.staging {
-            Some(s) => Some(s.clone()),
-            None => self.shared_staging(h, cur_etag),
-        }
-        .filter(|s| s.st.lock().loaded);
+        let (staged, followed) = self.current(h);
+        let staged = staged.filter(|s| s.st.lock().loaded);
         if let Some(s) = staged {
             let mut buf = vec![0u8; len];
             let n = s.read_at(offset, &mut buf)?;
@@ -690,16 +692,7 @@ impl Store for S3Store {
     }
 
     fn fstat(&self, h: &S3Handle) -> Result<Attr> {
-        // As `read_bytes` chooses what to read.
-        let followed = h.staging.is_none().then(|| self.followed(h)).flatten();
-        let cur_etag = followed
-            .as_ref()
-            .map(|(_, e)| e.as_str())
-            .or(h.etag.as_deref());
-        let staged = match &h.staging {
-            Some(s) => Some(s.clone()),
-            None => self.shared_staging(h, cur_etag),
-        };
+        let (staged, followed) = self.current(h);
         let mut a = match (staged, followed) {
             (Some(s), _) => s.attr(),
             (None, Some((a, _))) => a,

@@ -224,6 +224,31 @@ fn wrong_credentials_or_bucket_are_one_clear_error() {
     assert!(e.contains("no such bucket"), "{e}");
 }
 
+/// The store over `pre/` of `server` with its local directories, its root and `pre/f`.
+fn store_with_f(
+    server: &S3Server,
+) -> (
+    S3Store,
+    tempfile::TempDir,
+    tierfs_s3::S3Node,
+    tierfs_s3::S3Node,
+) {
+    let store = S3Store::open(config(server, "data", "pre", SECRET)).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    store
+        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
+        .unwrap();
+    let (root, _) = store.root().unwrap();
+    let (f, _) = store.lookup(&root, OsStr::new("f")).unwrap();
+    (store, local, root, f)
+}
+
+/// Up to 64 KiB read through `h` from offset 0.
+fn read_all(store: &S3Store, h: &tierfs_s3::S3Handle) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; 1 << 16];
+    store.read(h, 0, &mut buf).map(|n| buf[..n].to_vec())
+}
+
 /// A read handle is pinned to its version (If-Match), but a version our own upload made of
 /// it is followed, as a local descriptor sees writes made through another: its attributes
 /// and reads show our writes, never the object from before them (tierfs took that for a
@@ -235,17 +260,8 @@ fn a_read_handle_follows_our_own_uploads_and_no_one_elses() {
     let put = Putter::new(&server, "data");
     let old = bytes(3, 5000);
     put.put("pre/f", &old);
-    let store = S3Store::open(config(&server, "data", "pre", SECRET)).unwrap();
-    let local = tempfile::tempdir().unwrap();
-    store
-        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
-        .unwrap();
-    let (root, _) = store.root().unwrap();
-    let (f, _) = store.lookup(&root, OsStr::new("f")).unwrap();
-    let all = |h: &tierfs_s3::S3Handle| {
-        let mut buf = vec![0u8; 1 << 16];
-        store.read(h, 0, &mut buf).map(|n| buf[..n].to_vec())
-    };
+    let (store, _local, _root, f) = store_with_f(&server);
+    let all = |h: &tierfs_s3::S3Handle| read_all(&store, h);
 
     // Opened before our writes; they are uploaded and their staging is gone.
     let r = store.open(&f, libc::O_RDONLY).unwrap();
@@ -298,17 +314,8 @@ fn a_reader_keeps_no_old_name_or_old_version_alive() {
     let server = S3Server::start(&["data"]);
     let put = Putter::new(&server, "data");
     put.put("pre/f", b"aaa");
-    let store = S3Store::open(config(&server, "data", "pre", SECRET)).unwrap();
-    let local = tempfile::tempdir().unwrap();
-    store
-        .set_local_dirs(local.path().join("staging"), local.path().join("lost"))
-        .unwrap();
-    let (root, _) = store.root().unwrap();
-    let (f, _) = store.lookup(&root, OsStr::new("f")).unwrap();
-    let all = |h: &tierfs_s3::S3Handle| {
-        let mut buf = vec![0u8; 1 << 16];
-        store.read(h, 0, &mut buf).map(|n| buf[..n].to_vec())
-    };
+    let (store, _local, root, f) = store_with_f(&server);
+    let all = |h: &tierfs_s3::S3Handle| read_all(&store, h);
 
     // Unlinked while a reader holds its staged writes, then made again: the new writes
     // reach the bucket.
