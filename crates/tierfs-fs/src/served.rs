@@ -135,6 +135,12 @@ impl Served {
         }
     }
 
+    /// Whether the kernel is dropping its pages of the file: every read is refused until it
+    /// is done, so a read may be refused before it fetches anything.
+    pub fn dropping(&self) -> bool {
+        matches!(*self.state.lock(), State::Dropping { .. })
+    }
+
     /// The kernel dropped its pages after a [`Admit::Refuse`].
     pub fn dropped(&self) {
         let mut st = self.state.lock();

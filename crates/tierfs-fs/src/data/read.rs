@@ -171,6 +171,14 @@ impl<S: Store> Objects<S> {
         size: u32,
     ) -> Result<Bytes> {
         let of = of.clone();
+        // `meta.cto=off`: while the kernel drops its pages of an old version every read is
+        // refused (see `admit_version`). Refused before fetching anything: the drop waits for
+        // the pages that READs in flight hold locked, and a READ that first fetched from the
+        // store held them that much longer (on a loaded machine, for seconds).
+        if !self.sh.cfg.meta_cto && of.state.served.dropping() {
+            FsStats::add(&self.sh.stats.version_mix_refusals, 1);
+            return Err(Errno::ESTALE);
+        }
         // While the store is gone (see `health`) what is cached is served unchecked, even a
         // fingerprint our own writes left provisional: the store cannot be asked.
         if of.state.needs_check(self.ns.meta.check_ttl()) && !self.sh.store.inner().health.gone() {
