@@ -138,7 +138,9 @@ impl Served {
     /// Whether the kernel is dropping its pages of the file: every read is refused until it
     /// is done, so a read may be refused before it fetches anything.
     pub fn dropping(&self) -> bool {
-        matches!(*self.state.lock(), State::Dropping { .. })
+        // Lock-free when the kernel holds a generation (the common case, on the read path):
+        // `gen` is 0 in every other state.
+        self.gen.load(Acquire) == 0 && matches!(*self.state.lock(), State::Dropping { .. })
     }
 
     /// The kernel dropped its pages after a [`Admit::Refuse`].

@@ -206,7 +206,9 @@ impl S3Store {
     /// staged afresh (a re-create never writes into the old staging, which is never
     /// uploaded).
     fn retire_staging(&self, rel: &str) {
-        if let Some(s) = self.staged.lock().remove(rel).and_then(|w| w.upgrade()) {
+        // (The registry's lock is not held while the staging's is taken.)
+        let gone = self.staged.lock().remove(rel);
+        if let Some(s) = gone.and_then(|w| w.upgrade()) {
             s.st.lock().unlinked = true;
         }
     }
