@@ -355,6 +355,7 @@ impl Config {
         "writeback.namespace",
         "writeback.namespace_delay",
         "writeback.namespace_quiet",
+        "writeback.namespace_threads",
         "writeback.flushers",
         "writeback.dirty_hard",
         "writeback.dirty_soft",
@@ -434,6 +435,7 @@ impl Config {
             "writeback.namespace" => if wb.namespace_back { "back" } else { "sync" }.into(),
             "writeback.namespace_delay" => format_duration(wb.namespace_delay),
             "writeback.namespace_quiet" => format_duration(wb.namespace_quiet),
+            "writeback.namespace_threads" => wb.namespace_threads.to_string(),
             "writeback.flushers" => wb.flushers.to_string(),
             "writeback.dirty_hard" => format_size(wb.dirty_hard),
             "writeback.dirty_soft" => format_size(wb.dirty_soft),
@@ -548,6 +550,9 @@ impl Config {
                 }
                 "writeback.namespace_quiet" => {
                     self.wb.namespace_quiet = parse_duration_upto(value, Duration::from_secs(3600))?
+                }
+                "writeback.namespace_threads" => {
+                    self.wb.namespace_threads = parse_count(value, 1, 64)?
                 }
                 "writeback.flushers" => self.wb.flushers = parse_count(value, 1, 64)?,
                 "writeback.dirty_hard" => {

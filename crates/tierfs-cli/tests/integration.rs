@@ -1696,3 +1696,88 @@ fn copy_file_range_is_done_by_the_store_and_stays_coherent() {
         );
     }
 }
+
+/// Sets `path`'s atime and mtime to `sec` (through the mount: a deferred setattr).
+fn set_times(path: &Path, sec: i64) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let t = [libc::timespec {
+        tv_sec: sec,
+        tv_nsec: 0,
+    }; 2];
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat {}", path.display());
+}
+
+/// Issue 15: on a store where each request is a round trip, the namespace flusher has the
+/// independent operations of a group at the store at once (`writeback.namespace_threads`),
+/// and still in an order that keeps every dependency: a directory before what is made in
+/// it, and a directory's times (tar's `utimens`) after the names made in it, which would
+/// move them again. With one thread, one request at a time: the check can fail.
+#[test]
+fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
+    use tierfs_store::OpClass;
+    for threads in [1usize, 8] {
+        let wb = tierfs_fs::WbConfig {
+            mode: tierfs_fs::WbMode::Back,
+            journal_size: 256 << 20,
+            // One group: everything gathers until the fsync below asks for it.
+            namespace_delay: Duration::from_secs(600),
+            namespace_quiet: Duration::from_secs(600),
+            namespace_threads: threads,
+            ..Default::default()
+        };
+        let m = FaultMount::with_writeback(tierfs_fs::FsConfig::default(), Some(wb), |_| {});
+        let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
+        with_timeout(LIMIT, vec![mnt.clone()], move || {
+            // A fresh listing of the root tells that "d" is free: its mkdir is deferred too.
+            assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+            let d = mnt.join("d");
+            std::fs::create_dir(&d).unwrap();
+            for s in 0..2 {
+                let sub = d.join(format!("s{s}"));
+                std::fs::create_dir(&sub).unwrap();
+                for k in 0..16 {
+                    let f = sub.join(format!("f{k}"));
+                    File::create(&f).unwrap();
+                    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+                }
+                set_times(&sub, 1_000_000 + s);
+            }
+            set_times(&d, 2_000_000);
+            assert!(
+                !backing.join("d").exists(),
+                "deferred: nothing is on the store before the flusher takes the group"
+            );
+            faults.reset_most_in_flight();
+            faults.set_latency(Duration::from_millis(20));
+            File::open(&d).unwrap().sync_all().unwrap();
+            faults.set_latency(Duration::ZERO);
+            let most = faults.most_in_flight(OpClass::Write);
+            for s in 0..2i64 {
+                let sub = backing.join(format!("d/s{s}"));
+                for k in 0..16 {
+                    let md = std::fs::metadata(sub.join(format!("f{k}"))).unwrap();
+                    assert_eq!(md.mode() & 0o7777, 0o640, "s{s}/f{k}");
+                }
+                assert_eq!(
+                    std::fs::metadata(&sub).unwrap().mtime(),
+                    1_000_000 + s,
+                    "s{s}'s time was set before the names made in it"
+                );
+            }
+            assert_eq!(
+                std::fs::metadata(backing.join("d")).unwrap().mtime(),
+                2_000_000
+            );
+            if threads == 1 {
+                assert_eq!(most, 1, "one namespace thread, one request at a time");
+            } else {
+                assert!(
+                    most >= 4,
+                    "{threads} namespace threads, yet at most {most} creates at the store at once"
+                );
+            }
+            println!("namespace_threads={threads}: at most {most} creates at the store at once");
+        });
+    }
+}

@@ -31,6 +31,9 @@ pub struct FaultConfig {
     calls: [AtomicU64; 3],
     /// Behave like a FUSE or SMB-noserverino store (see [`FaultConfig::set_renumber`]).
     renumber: std::sync::atomic::AtomicBool,
+    /// Calls in their added latency now, and the most there were at once, per class.
+    waiting: [AtomicU64; 3],
+    most_waiting: [AtomicU64; 3],
 }
 
 impl FaultConfig {
@@ -65,6 +68,19 @@ impl FaultConfig {
         self.calls[class as usize].load(Ordering::Relaxed)
     }
 
+    /// The most calls of `class` that were in their added latency at once: how many requests
+    /// of that kind the store had in flight (counted only while latency is set).
+    pub fn most_in_flight(&self, class: OpClass) -> u64 {
+        self.most_waiting[class as usize].load(Ordering::Relaxed)
+    }
+
+    /// Forgets [`FaultConfig::most_in_flight`] so far.
+    pub fn reset_most_in_flight(&self) {
+        for m in &self.most_waiting {
+            m.store(0, Ordering::Relaxed);
+        }
+    }
+
     fn enter(&self, class: OpClass) -> Result<()> {
         {
             let mut hung = self.hung.lock();
@@ -74,7 +90,11 @@ impl FaultConfig {
         }
         let lat = self.latency_us.load(Ordering::Relaxed);
         if lat > 0 {
+            let c = class as usize;
+            let now = self.waiting[c].fetch_add(1, Ordering::Relaxed) + 1;
+            self.most_waiting[c].fetch_max(now, Ordering::Relaxed);
             std::thread::sleep(Duration::from_micros(lat));
+            self.waiting[c].fetch_sub(1, Ordering::Relaxed);
         }
         let e = self.errno[class as usize].load(Ordering::Relaxed);
         if e != 0 {

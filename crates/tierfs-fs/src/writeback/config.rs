@@ -60,6 +60,9 @@ pub struct WbConfig {
     /// A burst of namespace operations is over when none came for this long: the flusher
     /// starts then (`writeback.namespace_quiet`).
     pub namespace_quiet: Duration,
+    /// Namespace operations of one group the namespace flusher has at the store at once
+    /// (`writeback.namespace_threads`; see `ns_order`).
+    pub namespace_threads: usize,
 }
 
 impl Default for WbConfig {
@@ -80,6 +83,7 @@ impl Default for WbConfig {
             namespace_back: true,
             namespace_delay: Duration::from_secs(5),
             namespace_quiet: Duration::from_millis(100),
+            namespace_threads: 8,
         }
     }
 }

@@ -18,6 +18,7 @@ mod ns;
 mod ns_defer;
 mod ns_fold;
 mod ns_lost;
+mod ns_order;
 mod ns_queue;
 mod ns_record;
 mod ns_replay;

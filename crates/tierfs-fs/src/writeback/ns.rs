@@ -13,6 +13,7 @@
 //! first (`drain`).
 
 use super::ns_fold::FoldOut;
+use super::ns_order::OrderIn;
 use super::ns_queue::{Job, GROUP_MAX};
 
 /// Create handles the namespace flusher keeps for the data flusher at most (each is an open
@@ -32,12 +33,28 @@ use crate::inode::Inode;
 use crate::meta::ident;
 use crate::namespace::is_provisional;
 use crate::shared::{Node, St};
+use parking_lot::Mutex;
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
 use tierfs_store::{Attr, Errno, FileKind, Result, Store};
+
+/// What a group's operations made and touched, shared by those applied at once.
+struct Applying<S: Store> {
+    made: Vec<(Ident, Made<S>)>,
+    /// The directories that got names, each synced once before the group's DONE.
+    dirs: Vec<(Ident, Node<S>)>,
+}
+
+impl<S: Store> Applying<S> {
+    fn sync_dir(&mut self, id: Ident, node: Node<S>) {
+        if !self.dirs.iter().any(|(d, _)| *d == id) {
+            self.dirs.push((id, node));
+        }
+    }
+}
 
 /// What the namespace flusher made on the store and has not published yet.
 struct Made<S: Store> {
@@ -153,39 +170,48 @@ impl<S: Store> Writeback<S> {
         }
     }
 
-    /// Applies `batch` in order until an operation fails for a reason that may pass; syncs
-    /// the directories that got names. Returns the last seq applied and durable (None if
-    /// none) and the operations to try again: from the failed one on, or all of them if a
-    /// directory sync failed (applied again, they find their objects made, see `apply`).
+    /// Applies `batch` until an operation fails for a reason that may pass, the operations
+    /// that do not depend on each other at the same time (`ns_order`); syncs the directories
+    /// that got names. Returns the last seq applied and durable (None if none) and the
+    /// operations to try again: from the first one not applied on (in journal order), or all
+    /// of them if a directory sync failed (applied again, they find their objects made, see
+    /// `apply`).
     fn apply_group(
         &self,
         batch: Vec<Job<S>>,
         made: &mut Vec<(Ident, Made<S>)>,
     ) -> (Option<u64>, Vec<Job<S>>) {
-        let mut dirs: Vec<(Ident, Node<S>)> = Vec::new();
-        let mut upto = None;
-        let mut failed_at = batch.len();
         let plan = super::ns_fold::fold(&batch.iter().map(Job::fold_in).collect::<Vec<_>>());
-        for (k, (job, how)) in batch.iter().zip(&plan).enumerate() {
-            match self.apply(job, how, made, &mut dirs) {
-                Ok(()) => upto = Some(job.seq()),
-                Err(e) => {
-                    tracing::warn!(
-                        "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
-                    );
-                    self.c.ns_errors.fetch_add(1, Relaxed);
-                    failed_at = k;
-                    break;
-                }
-            }
-        }
+        let threads = self.cfg.namespace_threads.max(1);
+        let before = made.len();
+        let state = Mutex::new(Applying {
+            made: std::mem::take(made),
+            dirs: Vec::new(),
+        });
+        let failed_at = if threads == 1 {
+            // In journal order, stopping at the first failure.
+            (0..batch.len())
+                .find(|&k| !self.apply_logged(&batch[k], &plan[k], &state))
+                .unwrap_or(batch.len())
+        } else {
+            self.apply_by_level(&batch, &plan, &state, threads)
+        };
+        let Applying { made: m, dirs } = state.into_inner();
+        *made = m;
+        // Publishing goes in journal order (a directory before what is in it).
+        made[before..].sort_by_key(|(prov, _)| prov.1);
+        let upto = failed_at.checked_sub(1).map(|k| batch[k].seq());
         // A name is as durable as the directory that holds it.
-        for (_, d) in &dirs {
+        let synced = Mutex::new(Ok(()));
+        super::ns_order::par_each(&dirs, threads, |(_, d)| {
             if let Err(e) = self.sh.store.fsyncdir(d, false) {
-                tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
-                self.c.ns_errors.fetch_add(1, Relaxed);
-                return (None, batch);
+                *synced.lock() = Err(e);
             }
+        });
+        if let Err(e) = synced.into_inner() {
+            tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
+            self.c.ns_errors.fetch_add(1, Relaxed);
+            return (None, batch);
         }
         {
             let mut dc = self.nsq.dirs.lock();
@@ -229,27 +255,98 @@ impl<S: Store> Writeback<S> {
         (upto, batch.into_iter().skip(failed_at).collect())
     }
 
+    /// Applies the group a level at a time (`ns_order::levels`), each level's operations on
+    /// up to `threads` threads; stops after a level in which one failed. Returns the index of
+    /// the first operation, in journal order, that was not applied. Those after it that were
+    /// are applied again at the retry: a create finds its object in `made`, and the setattrs
+    /// of an object are applied again in their order, to the same end.
+    fn apply_by_level(
+        &self,
+        batch: &[Job<S>],
+        plan: &[FoldOut],
+        state: &Mutex<Applying<S>>,
+        threads: usize,
+    ) -> usize {
+        let order: Vec<OrderIn> = batch
+            .iter()
+            .map(|j| OrderIn {
+                id: j.inode().id(),
+                parent: match j {
+                    Job::Create { parent, .. } => Some(parent.id()),
+                    Job::SetAttr { .. } => None,
+                },
+            })
+            .collect();
+        let levels = super::ns_order::levels(&order);
+        let mut by_level: Vec<Vec<usize>> = Vec::new();
+        for (k, l) in levels.iter().enumerate() {
+            let l = *l as usize;
+            if by_level.len() <= l {
+                by_level.resize(l + 1, Vec::new());
+            }
+            by_level[l].push(k);
+        }
+        let done: Vec<AtomicBool> = batch.iter().map(|_| AtomicBool::new(false)).collect();
+        for level in &by_level {
+            let failed = AtomicBool::new(false);
+            super::ns_order::par_each(level, threads, |&k| {
+                if self.apply_logged(&batch[k], &plan[k], state) {
+                    done[k].store(true, Relaxed);
+                } else {
+                    failed.store(true, Relaxed);
+                }
+            });
+            if failed.into_inner() {
+                break;
+            }
+        }
+        done.iter()
+            .position(|d| !d.load(Relaxed))
+            .unwrap_or(batch.len())
+    }
+
+    /// [`Self::apply`], its failure logged and counted: false if it failed.
+    fn apply_logged(&self, job: &Job<S>, how: &FoldOut, state: &Mutex<Applying<S>>) -> bool {
+        match self.apply(job, how, state) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
+                );
+                self.c.ns_errors.fetch_add(1, Relaxed);
+                false
+            }
+        }
+    }
+
     fn parent_node(
         &self,
         parent: &Arc<Inode<St<S>>>,
-        made: &[(Ident, Made<S>)],
+        state: &Mutex<Applying<S>>,
     ) -> Result<Node<S>> {
         let pid = parent.id();
-        if let Some((_, m)) = made.iter().rev().find(|(id, _)| *id == pid) {
-            return Ok(m.node.clone());
+        let made = state
+            .lock()
+            .made
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == pid)
+            .map(|(_, m)| m.node.clone());
+        match made {
+            Some(n) => Ok(n),
+            None => self.ns.node(parent),
         }
-        self.ns.node(parent)
     }
 
     /// Applies one operation. Err: the store may do it later (it is gone, full, failing;
     /// see `transient`): the group stops there and the rest waits. A refusal for good is
-    /// Ok (the object is refused, see `refuse`).
+    /// Ok (the object is refused, see `refuse`). Runs beside the other operations of its
+    /// level (see `apply_by_level`): `state` is locked only between store requests.
     fn apply(
         &self,
         job: &Job<S>,
         how: &FoldOut,
-        made: &mut Vec<(Ident, Made<S>)>,
-        dirs: &mut Vec<(Ident, Node<S>)>,
+        state: &Mutex<Applying<S>>,
     ) -> std::result::Result<(), Errno> {
         match job {
             Job::Create {
@@ -267,17 +364,22 @@ impl<S: Store> Writeback<S> {
                 let prov = inode.id();
                 // Made (or refused) by an earlier try of this group, whose directory sync
                 // failed: its directory is synced again.
-                if let Some((_, m)) = made.iter().find(|(id, _)| *id == prov) {
-                    let pid = m.parent.id();
-                    if !dirs.iter().any(|(id, _)| *id == pid) {
-                        dirs.push((pid, m.dir.clone()));
+                {
+                    let mut st = state.lock();
+                    let again = st
+                        .made
+                        .iter()
+                        .find(|(id, _)| *id == prov)
+                        .map(|(_, m)| (m.parent.id(), m.dir.clone()));
+                    if let Some((pid, dir)) = again {
+                        st.sync_dir(pid, dir);
+                        return Ok(());
                     }
-                    return Ok(());
                 }
                 if self.ns.prov.failure(prov).is_some() {
                     return Ok(());
                 }
-                let pnode = match self.parent_node(parent, made) {
+                let pnode = match self.parent_node(parent, state) {
                     Ok(n) => n,
                     Err(e) if transient(e) => return Err(e),
                     Err(e) => {
@@ -324,11 +426,9 @@ impl<S: Store> Writeback<S> {
                 );
                 match r {
                     Ok((node, attr)) => {
-                        let pid = parent.id();
-                        if !dirs.iter().any(|(id, _)| *id == pid) {
-                            dirs.push((pid, pnode.clone()));
-                        }
-                        made.push((
+                        let mut st = state.lock();
+                        st.sync_dir(parent.id(), pnode.clone());
+                        st.made.push((
                             prov,
                             Made {
                                 inode: inode.clone(),
@@ -359,13 +459,20 @@ impl<S: Store> Writeback<S> {
                     return Ok(());
                 };
                 let id = inode.id();
-                let pending = made.iter_mut().rev().find(|(p, _)| *p == id);
+                let pending = state
+                    .lock()
+                    .made
+                    .iter()
+                    .rev()
+                    .find(|(p, _)| *p == id)
+                    .map(|(_, m)| m.node.clone());
                 let r = match pending {
-                    Some((_, m)) => self
-                        .sh
-                        .store
-                        .setattr(&m.node, None, set)
-                        .map(|a| m.attr = a),
+                    Some(node) => self.sh.store.setattr(&node, None, set).map(|a| {
+                        let mut st = state.lock();
+                        if let Some((_, m)) = st.made.iter_mut().rev().find(|(p, _)| *p == id) {
+                            m.attr = a;
+                        }
+                    }),
                     None => match self.ns.node(inode) {
                         Ok(node) => self.sh.store.setattr(&node, None, set).map(|a| {
                             self.ns.meta.put_attr(&a, Instant::now());
