@@ -132,7 +132,8 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
         if n(v, "writeback.namespace.deferred") > 0 {
             s += &format!(
                 "  namespace {} operations deferred, {} pending (oldest {:.1} s), {} groups \
-                 applied (median {} ms, p99 {} ms), {} waits for them ({:.1} s)\n",
+                 applied (median {} ms, p99 {} ms), {} waits for them ({:.1} s), {} unlinked \
+                 before the store had them\n",
                 HumanCount(n(v, "writeback.namespace.deferred")),
                 HumanCount(n(v, "writeback.namespace.pending")),
                 n(v, "writeback.namespace.oldest_ms") as f64 / 1000.0,
@@ -141,6 +142,7 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
                 n(v, "writeback.namespace.group_ms_p99"),
                 HumanCount(n(v, "writeback.namespace.waits")),
                 n(v, "writeback.namespace.wait_ms") as f64 / 1000.0,
+                HumanCount(n(v, "writeback.namespace.dropped")),
             );
         }
         let refused = n(v, "writeback.namespace.conflicts");

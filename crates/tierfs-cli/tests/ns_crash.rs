@@ -3,7 +3,8 @@
 //! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
 //! write-back on, the default): a writer thread works through the mount like an untar with
 //! second thoughts (mkdir, create + write + chmod + utimens, appends, renames within and across
-//! directories, unlinks, chmods, fsync of files and of directories, each fsync recorded), the
+//! directories, unlinks, chmods, symlinks, fsync of files and of directories, each fsync
+//! recorded), the
 //! daemon is `kill -9`ed at a random moment, the mount comes back (replay), and:
 //!
 //! - the tree is one the application could have seen: its names (directories and files)
@@ -55,6 +56,13 @@ struct Obj {
     synced: Option<Vec<u8>>,
     /// A chmod after the last acknowledged fsync (of anything): the mode is not guaranteed.
     mode_loose: bool,
+    /// A symlink's target (dangling: nothing reads through it).
+    link: Option<String>,
+}
+
+/// How [`read_tree`] shows a symlink: its target behind an arrow, mode 0.
+fn shown_link(target: &str) -> Vec<u8> {
+    format!("->{target}").into_bytes()
 }
 
 /// An operation as it changes the names: applied to a name -> object map.
@@ -123,7 +131,8 @@ impl Model {
     }
 }
 
-/// What the tree holds: path -> Some(contents, mode) for a file, None for a directory.
+/// What the tree holds: path -> Some(contents, mode) for a file (a symlink as
+/// [`shown_link`], mode 0), None for a directory.
 type Tree = BTreeMap<String, Option<(Vec<u8>, u32)>>;
 
 fn read_tree(root: &Path) -> Tree {
@@ -150,6 +159,9 @@ fn read_tree(root: &Path) -> Tree {
             if md.is_dir() {
                 out.insert(p.clone(), None);
                 walk(root, &p, out);
+            } else if md.file_type().is_symlink() {
+                let t = std::fs::read_link(e.path()).unwrap();
+                out.insert(p, Some((shown_link(&t.to_string_lossy()), 0)));
             } else {
                 let data = std::fs::read(e.path())
                     .unwrap_or_else(|er| panic!("read {}: {er}", e.path().display()));
@@ -182,6 +194,16 @@ fn check(m: &Model, got: &Tree) -> Result<usize, String> {
             let o = &m.objs[id];
             match (&got[p], o.dir) {
                 (None, true) => {}
+                (Some((data, _)), false) if o.link.is_some() => {
+                    let want = shown_link(o.link.as_deref().unwrap_or_default());
+                    if *data != want {
+                        return Err(format!(
+                            "{p}: {:?}, not the symlink {:?}",
+                            String::from_utf8_lossy(data),
+                            String::from_utf8_lossy(&want)
+                        ));
+                    }
+                }
                 (Some((data, mode)), false) => {
                     if let Some(s) = &o.synced {
                         if data != s {
@@ -269,11 +291,16 @@ fn writer(
                     .map(|(p, _)| p.clone()),
             )
             .collect();
-        let files: Vec<String> = cur
-            .iter()
-            .filter(|(_, id)| !m.lock().unwrap().objs[id].dir)
-            .map(|(p, _)| p.clone())
-            .collect();
+        // Regular files, and every name that is not a directory (symlinks too: renamed and
+        // unlinked, never written or chmodded, which would follow them).
+        let names_of = |links: bool| -> Vec<String> {
+            let g = m.lock().unwrap();
+            cur.iter()
+                .filter(|(_, id)| !g.objs[id].dir && (links || g.objs[id].link.is_none()))
+                .map(|(p, _)| p.clone())
+                .collect()
+        };
+        let (files, non_dirs) = (names_of(false), names_of(true));
         let join = |d: &str, n: &str| {
             if d.is_empty() {
                 n.to_string()
@@ -298,15 +325,37 @@ fn writer(
                 mode: 0o755,
                 synced: None,
                 mode_loose: false,
+                link: None,
             });
             g.push(NsOp::Add(p.clone(), id));
             drop(g);
             return ctx("mkdir", std::fs::create_dir(root.join(&p)));
         }
-        if files.len() > 400 && (12..60).contains(&choice) {
+        if choice < 16 {
+            // symlink, as tar makes one (to a name that does not exist)
+            let d = &dirs[r.below(dirs.len())];
+            let p = join(d, &format!("l{}", new_name(r)));
+            let target = format!("../nowhere/{}", new_name(r));
+            let mut g = m.lock().unwrap();
+            let id = g.add(Obj {
+                dir: false,
+                data: Vec::new(),
+                mode: 0,
+                synced: None,
+                mode_loose: false,
+                link: Some(target.clone()),
+            });
+            g.push(NsOp::Add(p.clone(), id));
+            drop(g);
+            return ctx(
+                "symlink",
+                std::os::unix::fs::symlink(&target, root.join(&p)),
+            );
+        }
+        if non_dirs.len() > 400 && (16..60).contains(&choice) {
             // A big tree: unlinks instead of creates, so that it stays a size each round can
             // read back quickly.
-            let f = files[r.below(files.len())].clone();
+            let f = non_dirs[r.below(non_dirs.len())].clone();
             m.lock().unwrap().push(NsOp::Remove(f.clone()));
             return ctx("unlink", std::fs::remove_file(root.join(&f)));
         }
@@ -325,6 +374,7 @@ fn writer(
                 mode,
                 synced: None,
                 mode_loose: true,
+                link: None,
             });
             g.push(NsOp::Add(p.clone(), id));
             drop(g);
@@ -353,19 +403,20 @@ fn writer(
             }
             return Ok(());
         }
-        let f = files[r.below(files.len())].clone();
-        let id = cur[&f];
-        if choice < 62 {
-            // rename, within or across directories
-            let d = &dirs[r.below(dirs.len())];
-            let to = join(d, &format!("r{}", new_name(r)));
-            m.lock().unwrap().push(NsOp::Move(f.clone(), to.clone()));
-            return ctx("rename", std::fs::rename(root.join(&f), root.join(&to)));
-        }
         if choice < 70 {
+            let f = non_dirs[r.below(non_dirs.len())].clone();
+            if choice < 62 {
+                // rename, within or across directories
+                let d = &dirs[r.below(dirs.len())];
+                let to = join(d, &format!("r{}", new_name(r)));
+                m.lock().unwrap().push(NsOp::Move(f.clone(), to.clone()));
+                return ctx("rename", std::fs::rename(root.join(&f), root.join(&to)));
+            }
             m.lock().unwrap().push(NsOp::Remove(f.clone()));
             return ctx("unlink", std::fs::remove_file(root.join(&f)));
         }
+        let f = files[r.below(files.len())].clone();
+        let id = cur[&f];
         if choice < 80 {
             let mode = [0o644, 0o600, 0o755, 0o444][r.below(4)];
             {
@@ -451,12 +502,18 @@ fn namespace_writeback_survives_kill9() {
                     None => (true, Vec::new(), 0o755),
                     Some((d, md)) => (false, d.clone(), *md),
                 };
+                // A symlink (see `shown_link`).
+                let link = (mode == 0)
+                    .then(|| data.strip_prefix(b"->"))
+                    .flatten()
+                    .map(|t| String::from_utf8_lossy(t).into_owned());
                 let id = model.add(Obj {
                     dir,
-                    synced: (!dir).then(|| data.clone()),
+                    synced: (!dir && link.is_none()).then(|| data.clone()),
                     data,
                     mode,
                     mode_loose: false,
+                    link,
                 });
                 model.start.insert(p.clone(), id);
                 model.cur.insert(p.clone(), id);

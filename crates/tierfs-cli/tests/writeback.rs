@@ -1755,3 +1755,248 @@ fn a_directory_still_being_filled_has_its_files_flushed_meanwhile() {
     );
     m.unmount_and_wait();
 }
+
+/// Namespace write-back of symlinks (tar makes one with `symlinkat`, then `lchown` and
+/// `utimensat(AT_SYMLINK_NOFOLLOW)` on it): deferred like a create, so an untar does not
+/// wait at each symlink for every name deferred before it. Through the mount the link is
+/// there at once (readlink, lstat, listing); the store gets it, with its owner and times and
+/// its target's untouched, when something waits for it; and it stays right once published
+/// and after a remount.
+#[test]
+fn symlinks_are_deferred_and_reach_the_store_whole() {
+    use std::os::unix::fs::MetadataExt;
+    let m = BinMount::new(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    std::fs::write(backing.join("target"), b"t").unwrap();
+    let lchown_and_time = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let rc = unsafe {
+            libc::fchownat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                4321,
+                765,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        assert_eq!(rc, 0, "lchown {}", p.display());
+        let t = [libc::timespec {
+            tv_sec: 1_234_567,
+            tv_nsec: 0,
+        }; 2];
+        let rc = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                t.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        assert_eq!(rc, 0, "utimensat {}", p.display());
+    };
+    let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing) = (mnt.clone(), backing.clone());
+        move || {
+            // Listed once, so the metadata cache can vouch that the new names are free.
+            assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 1);
+            let waits = || n(&stats_of(&mnt), "writeback.namespace.waits");
+            let before = waits();
+            std::fs::create_dir(mnt.join("d")).unwrap();
+            std::os::unix::fs::symlink("../target", mnt.join("d/l")).unwrap();
+            std::os::unix::fs::symlink("target", mnt.join("top")).unwrap();
+            lchown_and_time(&mnt.join("d/l"));
+            assert_eq!(
+                std::fs::read_link(mnt.join("d/l")).unwrap(),
+                Path::new("../target")
+            );
+            let md = std::fs::symlink_metadata(mnt.join("d/l")).unwrap();
+            assert!(md.file_type().is_symlink());
+            assert_eq!(
+                (md.len(), md.uid(), md.gid(), md.mtime()),
+                (9, 4321, 765, 1_234_567)
+            );
+            assert_eq!(std::fs::read(mnt.join("d/l")).unwrap(), b"t", "followed");
+            assert_eq!(std::fs::read(mnt.join("top")).unwrap(), b"t");
+            let listed: Vec<String> = std::fs::read_dir(mnt.join("d"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(listed, ["l"]);
+            let waited = waits() - before;
+            assert!(
+                !backing.join("d").exists()
+                    && std::fs::symlink_metadata(backing.join("top")).is_err(),
+                "deferred: not on the store before anything waits for it"
+            );
+            // fsync(dir) waits for every deferred name before it.
+            File::open(mnt.join("d")).unwrap().sync_all().unwrap();
+            // Published: answered from what the store made.
+            assert_eq!(
+                std::fs::read_link(mnt.join("d/l")).unwrap(),
+                Path::new("../target")
+            );
+            assert_eq!(
+                std::fs::read_link(mnt.join("top")).unwrap(),
+                Path::new("target")
+            );
+            waited
+        }
+    });
+    assert_eq!(waited, 0, "a symlink waited for the namespace flusher");
+    for (p, t) in [("d/l", "../target"), ("top", "target")] {
+        assert_eq!(
+            std::fs::read_link(backing.join(p)).unwrap(),
+            Path::new(t),
+            "{p}"
+        );
+    }
+    let md = std::fs::symlink_metadata(backing.join("d/l")).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.mtime()),
+        (4321, 765, 1_234_567),
+        "the link's own"
+    );
+    let md = std::fs::metadata(backing.join("target")).unwrap();
+    assert_eq!(
+        (md.uid(), md.mtime() == 1_234_567),
+        (0, false),
+        "the target untouched"
+    );
+    m.unmount_and_wait();
+    mount(&m, &["writeback.mode=back".to_string()]);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert_eq!(
+                std::fs::read_link(mnt.join("d/l")).unwrap(),
+                Path::new("../target")
+            );
+            assert_eq!(std::fs::read(mnt.join("d/l")).unwrap(), b"t");
+        }
+    });
+}
+
+/// Namespace write-back: a file (or symlink) made and unlinked before the namespace flusher
+/// took its create (configure's `conftest.c`, a build's temporaries) never reaches the
+/// store: the unlink waits for nothing, and neither the file nor its data is sent. An unlink
+/// of a file still open is done on the store as before (the open file outlives it). After
+/// `kill -9` the replay makes what the journal holds and removes the unlinked file again,
+/// dropping its data: nothing goes to `journal/lost/`.
+#[test]
+fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
+    let m = BinMount::new(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    // The kernel sends RELEASE after close(2) returns: give it time to arrive, since an
+    // unlink of a file the daemon still counts as open is not deferred.
+    let released = || std::thread::sleep(Duration::from_millis(300));
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let (waited, dropped, listed) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing) = (mnt.clone(), backing.clone());
+        move || {
+            assert!(names(&mnt).is_empty());
+            let stat = |k: &str| n(&stats_of(&mnt), k);
+            std::fs::create_dir(mnt.join("d")).unwrap();
+            for k in 0..20 {
+                std::fs::write(mnt.join(format!("d/conftest{k}.c")), vec![b'c'; 64 << 10]).unwrap();
+                std::os::unix::fs::symlink("conftest.c", mnt.join(format!("d/l{k}"))).unwrap();
+            }
+            std::fs::write(mnt.join("d/keep"), b"kept").unwrap();
+            released();
+            let (waits, drops) = (
+                stat("writeback.namespace.waits"),
+                stat("writeback.namespace.dropped"),
+            );
+            for k in 0..20 {
+                std::fs::remove_file(mnt.join(format!("d/conftest{k}.c"))).unwrap();
+                std::fs::remove_file(mnt.join(format!("d/l{k}"))).unwrap();
+            }
+            let waited = stat("writeback.namespace.waits") - waits;
+            let dropped = stat("writeback.namespace.dropped") - drops;
+            let listed = names(&mnt.join("d"));
+            assert!(
+                !backing.join("d").exists(),
+                "nothing waited, nothing is on the store"
+            );
+            assert!(
+                std::fs::metadata(mnt.join("d/conftest0.c")).is_err(),
+                "an unlinked name is gone"
+            );
+            // Unlinked while open: done on the store (it waits for the names before it),
+            // and the open file still reads its data.
+            let held = mnt.join("d/held");
+            std::fs::write(&held, b"held data").unwrap();
+            let f = File::open(&held).unwrap();
+            std::fs::remove_file(&held).unwrap();
+            let mut got = String::new();
+            std::io::Read::read_to_string(&mut &f, &mut got).unwrap();
+            assert_eq!(got, "held data");
+            drop(f);
+            File::open(mnt.join("d")).unwrap().sync_all().unwrap();
+            (waited, dropped, listed)
+        }
+    });
+    assert_eq!(waited, 0, "an unlink waited for the namespace flusher");
+    assert_eq!(
+        dropped, 40,
+        "files and symlinks withdrawn before the store had them"
+    );
+    assert_eq!(listed, ["keep"]);
+    assert_eq!(
+        names(&backing.join("d")),
+        ["keep"],
+        "the store never had the others"
+    );
+
+    // The same across kill -9: made, unlinked, killed before the flusher ran.
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            std::fs::create_dir(mnt.join("e")).unwrap();
+            std::fs::write(mnt.join("e/t1"), vec![b'1'; 100_000]).unwrap();
+            std::fs::write(mnt.join("e/t2"), vec![b'2'; 100_000]).unwrap();
+            released();
+            std::fs::remove_file(mnt.join("e/t1")).unwrap();
+            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
+            // the page cache).
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    assert!(!backing.join("e").exists());
+    m.kill_daemon();
+    mount(&m, &["writeback.mode=back".to_string()]);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert_eq!(names(&mnt.join("e")), ["t2"]);
+            assert_eq!(
+                std::fs::read(mnt.join("e/t2")).unwrap(),
+                vec![b'2'; 100_000]
+            );
+        }
+    });
+    m.unmount_and_wait();
+    assert_eq!(names(&backing.join("e")), ["t2"], "replay removed t1 again");
+    assert_eq!(
+        std::fs::read(backing.join("e/t2")).unwrap(),
+        vec![b'2'; 100_000]
+    );
+    assert!(
+        lost_names(&m.cache.join("journal")).is_empty(),
+        "nothing staged as lost"
+    );
+}

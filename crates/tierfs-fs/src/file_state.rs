@@ -1,7 +1,7 @@
 //! Per-backing-file cache state: which version of the contents the cached blocks belong to.
 
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, Fingerprint};
 
@@ -89,6 +89,9 @@ pub struct FileState {
     pub pending_error: Mutex<Option<tierfs_store::Errno>>,
     /// Which version's data the kernel and readers may hold (`meta.cto=off`).
     pub served: crate::served::Served,
+    /// Handles the kernel holds open (OPEN or CREATE answered, RELEASE not yet; none are
+    /// counted under FUSE no-open): an unlink of a file with none may drop its data.
+    pub opens: AtomicU32,
 }
 
 /// What [`FileState::observe`] found.
@@ -114,6 +117,7 @@ impl FileState {
             created: AtomicBool::new(false),
             pending_error: Mutex::new(None),
             served: Default::default(),
+            opens: AtomicU32::new(0),
             inner: Mutex::new(Inner {
                 v: Version {
                     fp: attr.fingerprint(),

@@ -226,6 +226,9 @@ pub struct NsStats {
     pub waits: u64,
     #[serde(default)]
     pub wait_ms: u64,
+    /// Files and symlinks unlinked before the store had them: never sent to it.
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

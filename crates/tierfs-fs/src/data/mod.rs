@@ -198,6 +198,7 @@ impl<S: Store> Objects<S> {
         flags: i32,
     ) -> Result<u64> {
         let state = inode.file.clone().ok_or(Errno::EINVAL)?;
+        state.opens.fetch_add(1, Relaxed);
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files
             .insert(fh, Arc::new(OpenFile::new(inode, handle, flags, state)));

@@ -227,7 +227,9 @@ impl<S: Store> Objects<S> {
     }
 
     pub fn release(&self, fh: u64) {
-        self.files.remove(&fh);
+        if let Some((_, of)) = self.files.remove(&fh) {
+            of.state.opens.fetch_sub(1, Relaxed);
+        }
     }
 
     pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {

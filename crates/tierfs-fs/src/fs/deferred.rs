@@ -1,6 +1,6 @@
 //! The dispatcher's part in write-back of namespace operations (`writeback::ns`,
 //! `writeback.namespace=back`): which operations are acknowledged before the store has them
-//! (create, mkdir, and attribute changes of objects made that way), what a provisional object
+//! (create, mkdir, symlink, and attribute changes of objects made that way), what a provisional object
 //! answers without the store (open, xattrs), and the wait before every other namespace
 //! operation until the deferred ones before it are on the store, so the store always sees
 //! them in the order the application made them.
@@ -39,7 +39,8 @@ impl<S: Store> Fs<S> {
         let Some(wb) = self.wb() else { return Ok(None) };
         let p = self.ns.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
-        let Some((inode, e)) = wb.create_deferred(&p, name, FileKind::File, mode, excl, req, io)?
+        let Some((inode, e)) =
+            wb.create_deferred(&p, name, FileKind::File, mode, excl, req, io, None)?
         else {
             return Ok(None);
         };
@@ -67,8 +68,46 @@ impl<S: Store> Fs<S> {
         let Some(wb) = self.wb() else { return Ok(None) };
         let p = self.ns.inode(parent)?;
         Ok(wb
-            .create_deferred(&p, name, FileKind::Dir, mode, true, req, io)?
+            .create_deferred(&p, name, FileKind::Dir, mode, true, req, io, None)?
             .map(|(_, e)| e))
+    }
+
+    pub(super) fn symlink_deferred(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+        req: Requester,
+    ) -> Result<Option<Entry>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        if target.is_empty() || target.len() >= libc::PATH_MAX as usize {
+            // The store's errno (ENOENT, ENAMETOOLONG), from the store.
+            return Ok(None);
+        }
+        let p = self.ns.inode(parent)?;
+        let mode = 0o777;
+        Ok(wb
+            .create_deferred(
+                &p,
+                name,
+                FileKind::Symlink,
+                mode,
+                true,
+                req,
+                true,
+                Some(target),
+            )?
+            .map(|(_, e)| e))
+    }
+
+    /// An unlink write-back takes without the store (see `Writeback::unlink_deferred`).
+    pub(super) fn unlink_deferred(&self, parent: u64, name: &OsStr) -> bool {
+        let Some(wb) = self.wb() else { return false };
+        let Ok(p) = self.ns.inode(parent) else {
+            return false;
+        };
+        wb.unlink_deferred(&p, name, self.config().no_open())
+            .is_some()
     }
 
     // The `_fast` entry points answer on the dispatching thread what needs neither a store

@@ -51,6 +51,11 @@ impl<S: Store> Fs<S> {
         target: &OsStr,
         req: Requester,
     ) -> Result<Entry> {
+        let r = self.symlink_deferred(parent, name, target, req);
+        self.names_changed(parent);
+        if let Some(e) = r? {
+            return Ok(e);
+        }
         self.drain_ns()?;
         let r = self.ns.symlink(parent, name, target, req);
         self.names_changed(parent);
@@ -67,6 +72,10 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.unlink_deferred(parent, name) {
+            self.names_changed(parent);
+            return Ok(());
+        }
         self.drain_ns()?;
         self.settle_name(parent, name)?;
         let r = self.ns.unlink(parent, name);

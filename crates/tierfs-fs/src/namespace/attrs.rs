@@ -14,6 +14,10 @@ use tierfs_store::{Errno, Result, StatFs, Store};
 impl<S: Store> Namespace<S> {
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
         let i = self.inode(ino)?;
+        if let Some(t) = self.prov.target(i.id()) {
+            // Not on the store yet (write-back of namespace operations).
+            return Ok(t);
+        }
         if let Some((attr, _)) = self.meta.attr(i.id()) {
             if let Some(t) = self.meta.link_target(i.id(), &attr) {
                 FsStats::add(&self.sh.stats.meta_hits, 1);

@@ -246,9 +246,9 @@ impl<S: Store> Namespace<S> {
         })
     }
 
-    /// Makes a provisional object (see `provisional`): `parent/name`, of `kind`, identified by
-    /// the seq of the journal record that created it, with its owner and mode as the store
-    /// would give them. The kernel learns it (one lookup).
+    /// Makes a provisional object (see `provisional`): `parent/name`, of `kind` (a symlink
+    /// to `target`), identified by the seq of the journal record that created it, with its
+    /// owner and mode as the store would give them. The kernel learns it (one lookup).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_provisional(
         &self,
@@ -258,9 +258,15 @@ impl<S: Store> Namespace<S> {
         mode: u32,
         owner: (u32, u32),
         seq: u64,
+        target: Option<&OsStr>,
     ) -> Result<(Arc<Inode<St<S>>>, Entry)> {
         let t = tierfs_store::TimeSpec::now();
         let dir = kind == FileKind::Dir;
+        let size = match (kind, target) {
+            (FileKind::Dir, _) => 4096,
+            (_, Some(target)) => target.len() as u64,
+            _ => 0,
+        };
         let attr = Attr {
             dev: PROV_DEV,
             ino: seq,
@@ -270,7 +276,7 @@ impl<S: Store> Namespace<S> {
             uid: owner.0,
             gid: owner.1,
             rdev: 0,
-            size: if dir { 4096 } else { 0 },
+            size,
             blocks: 0,
             blksize: 4096,
             atime: t,
@@ -280,7 +286,8 @@ impl<S: Store> Namespace<S> {
         let inode = self
             .inodes
             .remember_lazy(parent.clone(), name, &attr, Instant::now());
-        self.prov.add(inode.clone(), attr, parent.id(), name);
+        self.prov
+            .add(inode.clone(), attr, parent.id(), name, target);
         let e = Entry {
             ino: inode.ino,
             attr: self.with_ino(&inode, attr),

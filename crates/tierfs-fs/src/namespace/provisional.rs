@@ -45,6 +45,8 @@ struct Obj<T: Store> {
     name: OsString,
     /// A directory's names, all provisional.
     children: Vec<OsString>,
+    /// A symlink's target (readlink answers it here).
+    target: Option<OsString>,
 }
 
 struct Inner<T: Store> {
@@ -97,8 +99,16 @@ impl<T: Store> Provisional<T> {
         self.count.load(Relaxed) == 0
     }
 
-    /// Records a new provisional object `inode` with `attr`, named `name` in `parent`.
-    pub fn add(&self, inode: Arc<Inode<T>>, attr: Attr, parent: Ident, name: &OsStr) {
+    /// Records a new provisional object `inode` with `attr`, named `name` in `parent` (a
+    /// symlink with its `target`).
+    pub fn add(
+        &self,
+        inode: Arc<Inode<T>>,
+        attr: Attr,
+        parent: Ident,
+        name: &OsStr,
+        target: Option<&OsStr>,
+    ) {
         let mut g = self.inner.lock();
         let id = inode.id();
         if let Some(p) = g.objs.get_mut(&parent) {
@@ -113,6 +123,7 @@ impl<T: Store> Provisional<T> {
                 parent,
                 name: name.to_owned(),
                 children: Vec::new(),
+                target: target.map(OsStr::to_owned),
             },
         );
         self.count.store(g.objs.len(), Relaxed);
@@ -153,6 +164,14 @@ impl<T: Store> Provisional<T> {
             return None;
         }
         self.inner.lock().objs.get(&id).map(|o| o.attr)
+    }
+
+    /// The target of provisional symlink `id` (None: not a provisional symlink).
+    pub fn target(&self, id: Ident) -> Option<OsString> {
+        if !is_provisional(id) {
+            return None;
+        }
+        self.inner.lock().objs.get(&id)?.target.clone()
     }
 
     /// Changes the attributes of provisional object `id` (a deferred setattr); returns them,

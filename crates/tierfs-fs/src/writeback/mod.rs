@@ -164,6 +164,7 @@ impl<S: Store> Writeback<S> {
                 replayed: g(&c.ns_replayed),
                 waits: g(&c.ns_waits),
                 wait_ms: g(&c.ns_wait_ms),
+                dropped: g(&c.ns_dropped),
             },
             reserve: ReserveStats {
                 reserved_inodes: self.inodes.reserved(),

@@ -218,9 +218,13 @@ impl<S: Store> Writeback<S> {
             for j in &batch[..failed_at] {
                 if let Job::Create {
                     parent, reserved, ..
+                }
+                | Job::Drop {
+                    parent, reserved, ..
                 } = j
                 {
-                    // On the store (or refused): its inode and bytes are counted there now.
+                    // On the store (or refused, or withdrawn): its inode and bytes are
+                    // counted there now.
                     self.inodes.release();
                     self.reserve.release(*reserved);
                     let pid = parent.id();
@@ -273,7 +277,7 @@ impl<S: Store> Writeback<S> {
                 id: j.inode().id(),
                 parent: match j {
                     Job::Create { parent, .. } => Some(parent.id()),
-                    Job::SetAttr { .. } => None,
+                    Job::SetAttr { .. } | Job::Drop { .. } => None,
                 },
             })
             .collect();
@@ -355,6 +359,7 @@ impl<S: Store> Writeback<S> {
                 name,
                 kind,
                 owner,
+                target,
                 ..
             } => {
                 // With the setattrs after it folded in (`ns_fold`).
@@ -387,8 +392,10 @@ impl<S: Store> Writeback<S> {
                         return Ok(());
                     }
                 };
-                let r = match kind {
-                    FileKind::Dir => self.sh.store.mkdir(&pnode, name, *mode, *owner),
+                let r = match (kind, target) {
+                    (FileKind::Dir, _) => self.sh.store.mkdir(&pnode, name, *mode, *owner),
+                    (FileKind::Symlink, Some(t)) => self.sh.store.symlink(&pnode, name, t, *owner),
+                    (FileKind::Symlink, None) => Err(Errno(libc::EINVAL)),
                     _ => self
                         .sh
                         .store
@@ -448,6 +455,11 @@ impl<S: Store> Writeback<S> {
                         Ok(())
                     }
                 }
+            }
+            Job::Drop { .. } => {
+                // Never made: nothing for the store to do.
+                self.c.ns_applied.fetch_add(1, Relaxed);
+                Ok(())
             }
             Job::SetAttr { inode, .. } => {
                 let FoldOut::SetAttr(rest) = how else {
@@ -576,6 +588,9 @@ impl<S: Store> Writeback<S> {
             // which forgetting them here would let in.
             self.ns.meta.learn_name(m.parent.id(), &m.name, &m.attr);
             self.ns.meta.put_attr(&m.attr, now);
+            if let Some(t) = self.ns.prov.target(prov) {
+                self.ns.meta.put_link_target(&m.attr, &t);
+            }
             self.ns.meta.made_without_caps(real);
             self.ns.inodes.hold_node(&m.inode, m.node.clone());
             let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);

@@ -25,7 +25,8 @@ impl<S: Store> Writeback<S> {
         self.cfg.namespace_back && !self.sh.store.publishes_at_sync()
     }
 
-    /// A create (`kind` File) or mkdir (`kind` Dir) made provisional, or None: it cannot be
+    /// A create (`kind` File), mkdir (`kind` Dir) or symlink (`kind` Symlink, to `target`)
+    /// made provisional, or None: it cannot be
     /// deferred (the cache cannot tell that the name is free, or the journal refused the
     /// record) and must be done on the store, after [`Writeback::drain_ns`].
     /// Err(EEXIST): the name is a provisional object already and `excl` was asked.
@@ -41,6 +42,7 @@ impl<S: Store> Writeback<S> {
         excl: bool,
         req: Requester,
         io: bool,
+        target: Option<&OsStr>,
     ) -> Result<Option<NewObject<S>>> {
         if !self.defers_namespace() || p.kind != FileKind::Dir {
             return Ok(None);
@@ -49,7 +51,7 @@ impl<S: Store> Writeback<S> {
             return Err(Errno(libc::ENAMETOOLONG));
         }
         match self.ns.prov.lookup(p.id(), name) {
-            ProvLookup::Found(..) if excl || kind == FileKind::Dir => {
+            ProvLookup::Found(..) if excl || kind != FileKind::File => {
                 return Err(Errno(libc::EEXIST))
             }
             // An existing provisional file opened by a create without O_EXCL: done on the
@@ -88,7 +90,8 @@ impl<S: Store> Writeback<S> {
                 mode |= libc::S_ISGID;
             }
         }
-        // Room on the store, as for data (`reserve`): an inode, and a directory's first block.
+        // Room on the store, as for data (`reserve`): an inode, and a directory's (or a long
+        // symlink's) first block.
         // Without it the create is done on the store, whose errno (ENOSPC, EDQUOT) the call
         // then returns.
         let stat = || self.backing_inodes();
@@ -97,8 +100,10 @@ impl<S: Store> Writeback<S> {
             return Ok(None);
         }
         let reserved = match kind {
-            FileKind::Dir if io => self.reserve.reserve(0, 1, || self.backing_free()).ok(),
-            FileKind::Dir => self.reserve.try_reserve(0, 1),
+            FileKind::Dir | FileKind::Symlink if io => {
+                self.reserve.reserve(0, 1, || self.backing_free()).ok()
+            }
+            FileKind::Dir | FileKind::Symlink => self.reserve.try_reserve(0, 1),
             _ => Some(0),
         };
         let Some(reserved) = reserved else {
@@ -116,6 +121,7 @@ impl<S: Store> Writeback<S> {
             kind,
             mode,
             owner,
+            target: target.map(|t| t.as_bytes().to_vec()).unwrap_or_default(),
         };
         let payload = op.encode();
         // Appended and queued under one lock: the queue is in seq order, so a DONE up to a
@@ -133,7 +139,7 @@ impl<S: Store> Writeback<S> {
         };
         let (inode, entry) = self
             .ns
-            .add_provisional(p, name, kind, mode, owner_new, seq)
+            .add_provisional(p, name, kind, mode, owner_new, seq, target)
             .inspect_err(|_| unreserve())?;
         // The directory as the application now sees it: one more link for a directory made
         // in it, its times moved.
@@ -161,6 +167,7 @@ impl<S: Store> Writeback<S> {
             kind,
             mode,
             owner,
+            target: target.map(OsStr::to_owned),
             new_owner: owner_new,
             reserved,
             at: Instant::now(),
@@ -244,6 +251,115 @@ impl<S: Store> Writeback<S> {
             self.nsq.wake.notify_one();
         }
         Ok(Some(attr))
+    }
+
+    /// An unlink of a file or symlink that write-back made and whose create the namespace
+    /// flusher has not taken yet (a build's temporary file, configure's `conftest.c`): the
+    /// create is withdrawn and the data dropped, and the store sees neither. Journaled as an
+    /// UNLINK record, so that a replay after a crash, which applies the create, removes the
+    /// object again and drops its data records. None: not such an unlink (it is done on the
+    /// store, after [`Writeback::drain_ns`]): the object is not provisional, or may be on
+    /// the store already, or is open, or `no_open` (the kernel sends no OPEN, so whether it is
+    /// open cannot be known: an open file outlives its unlink, data and all).
+    pub(crate) fn unlink_deferred(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        no_open: bool,
+    ) -> Option<()> {
+        if !self.defers_namespace() {
+            return None;
+        }
+        let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
+            return None;
+        };
+        match (&inode.file, attr.kind) {
+            (Some(st), FileKind::File) if !no_open && st.opens.load(Acquire) == 0 => {}
+            (None, FileKind::Symlink) => {}
+            _ => return None,
+        }
+        let id = inode.id();
+        let path = self.backing_path(&inode)?;
+        let mut q = self.nsq.q.lock();
+        // Its create must still be queued: once the flusher has taken it, it may be on the
+        // store.
+        let (parent, reserved) = q.iter().find_map(|j| match j {
+            Job::Create {
+                inode: i,
+                parent,
+                reserved,
+                ..
+            } if i.id() == id => Some((parent.clone(), *reserved)),
+            _ => None,
+        })?;
+        let op = NsOp::Unlink {
+            path,
+            kind: attr.kind,
+            prov: id.1,
+        };
+        let seq = self
+            .journal
+            .append(Record::Ns {
+                payload: &op.encode(),
+            })
+            .ok()?;
+        q.retain(|j| j.inode().id() != id);
+        // Its data first, while the data flushers still leave it alone (it waits for its
+        // create); then the name goes, and whatever waits for the object fails: it never
+        // reaches the store.
+        self.drop_dirty(&inode);
+        self.ns.prov.refused(id, Errno::ENOENT);
+        // The directory as the application now sees it: its times moved.
+        let now = tierfs_store::TimeSpec::now();
+        let touch = |a: &mut Attr| {
+            a.mtime = now;
+            a.ctime = now;
+        };
+        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&parent.id()) {
+            touch(a);
+        }
+        self.ns.prov.update_attr(parent.id(), touch);
+        q.push_back(Job::Drop {
+            seq,
+            inode,
+            parent,
+            reserved,
+            at: Instant::now(),
+        });
+        self.nsq.appended.store(seq, Relaxed);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        self.c.ns_dropped.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
+        drop(q);
+        if first {
+            self.nsq.wake.notify_one();
+        }
+        Some(())
+    }
+
+    /// Drops a file's dirty data without writing it anywhere (it was unlinked before it
+    /// reached the store) and records it done in the journal.
+    fn drop_dirty(&self, i: &Arc<Inode<St<S>>>) {
+        let Some(st) = &i.file else { return };
+        let mut from = 0;
+        loop {
+            let run = st
+                .dirty
+                .lock()
+                .as_ref()
+                .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
+            let Some(run) = run else { break };
+            self.account_flushed(st, &run);
+            from = run.offset + run.len;
+        }
+        let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
+        if let Some(upto) = upto {
+            let (dev, ino) = st.journal_key;
+            if let Err(e) = self.journal.done(dev, ino, upto) {
+                tracing::error!("write-back journal: {e}");
+            }
+        }
+        self.settle_clean(i);
     }
 
     /// Waits until every namespace operation deferred so far is on the store (or refused):

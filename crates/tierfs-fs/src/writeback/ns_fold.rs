@@ -33,15 +33,20 @@ pub(crate) enum FoldIn {
         /// The file has dirty data (its flush sets its mtime).
         dirty: bool,
     },
+    /// Nothing to fold (a withdrawn create).
+    Skip,
 }
 
 /// What to do with each job of the group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum FoldOut {
     /// A create, made with this mode.
-    Create { mode: u32 },
+    Create {
+        mode: u32,
+    },
     /// A setattr: what is left of it to apply (None: nothing).
     SetAttr(Option<SetAttr>),
+    Skip,
 }
 
 const SUID_SGID: u32 = libc::S_ISUID | libc::S_ISGID;
@@ -113,6 +118,7 @@ pub(crate) fn fold(jobs: &[FoldIn]) -> Vec<FoldOut> {
                     && rest.mtime.is_none();
                 out.push(FoldOut::SetAttr((!empty).then_some(rest)));
             }
+            FoldIn::Skip => out.push(FoldOut::Skip),
         }
     }
     out

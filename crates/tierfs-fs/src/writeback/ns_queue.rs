@@ -39,6 +39,8 @@ pub(crate) enum Job<S: Store> {
         kind: FileKind,
         mode: u32,
         owner: Option<(u32, u32)>,
+        /// A symlink's target.
+        target: Option<OsString>,
         /// The owner the object gets (as its provisional attributes say).
         new_owner: (u32, u32),
         /// Store bytes reserved for it (a directory's first block), given back once applied.
@@ -51,17 +53,30 @@ pub(crate) enum Job<S: Store> {
         set: SetAttr,
         at: Instant,
     },
+    /// A create withdrawn before the flusher took it: the object was unlinked
+    /// (`Writeback::unlink_deferred`). Nothing goes to the store; applied, it settles what
+    /// the create held (its directory's shadow, its reservations) and moves the DONE over
+    /// both records.
+    Drop {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        reserved: u64,
+        at: Instant,
+    },
 }
 
 impl<S: Store> Job<S> {
     pub(super) fn seq(&self) -> u64 {
         match self {
-            Job::Create { seq, .. } | Job::SetAttr { seq, .. } => *seq,
+            Job::Create { seq, .. } | Job::SetAttr { seq, .. } | Job::Drop { seq, .. } => *seq,
         }
     }
     pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
         match self {
-            Job::Create { inode, .. } | Job::SetAttr { inode, .. } => inode,
+            Job::Create { inode, .. } | Job::SetAttr { inode, .. } | Job::Drop { inode, .. } => {
+                inode
+            }
         }
     }
     /// What `ns_fold` needs to know of it.
@@ -87,12 +102,13 @@ impl<S: Store> Job<S> {
                     .as_ref()
                     .is_some_and(|st| st.has_dirty.load(Acquire)),
             },
+            Job::Drop { .. } => FoldIn::Skip,
         }
     }
 
     pub(super) fn at(&self) -> Instant {
         match self {
-            Job::Create { at, .. } | Job::SetAttr { at, .. } => *at,
+            Job::Create { at, .. } | Job::SetAttr { at, .. } | Job::Drop { at, .. } => *at,
         }
     }
 }

@@ -4,25 +4,31 @@
 //!
 //! ```text
 //! payload = version u8 (1) | op u8 | op fields
-//! CREATE  (op 1) = kind u8 (1 file, 2 directory) | mode u32 | has owner u8 | uid u32 | gid u32
-//!                  | parent path (u16 length, bytes) | name (u16 length, bytes)
+//! CREATE  (op 1) = kind u8 (1 file, 2 directory, 3 symlink) | mode u32 | has owner u8 | uid u32
+//!                  | gid u32 | parent path (u16 length, bytes) | name (u16 length, bytes)
+//!                  [| target (u16 length, bytes): kind 3 only]
 //! SETATTR (op 2) = path (u16 length, bytes) | mask u8 (1 mode, 2 uid, 4 gid, 8 atime, 16 mtime)
 //!                  | mode u32 | uid u32 | gid u32 | atime s i64 | atime ns u32 | mtime s i64
 //!                  | mtime ns u32
+//! UNLINK  (op 3) = path (u16 length, bytes) | kind u8 (1 file, 3 symlink) | prov u64 (the seq
+//!                  of the CREATE that made it: its data records are dropped at replay)
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
-//! a replay sets the same ones. Decoding untrusted bytes never panics.
+//! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
+//! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
+//! downgrade only with an empty journal.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
 const VERSION: u8 = 1;
 const OP_CREATE: u8 = 1;
 const OP_SETATTR: u8 = 2;
+const OP_UNLINK: u8 = 3;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
-    /// A regular file or a directory made in `parent` as `name`.
+    /// A regular file, a directory or a symlink made in `parent` as `name`.
     Create {
         parent: Vec<u8>,
         name: Vec<u8>,
@@ -30,6 +36,8 @@ pub(crate) enum NsOp {
         mode: u32,
         /// Set on the store when the daemon runs as root.
         owner: Option<(u32, u32)>,
+        /// A symlink's target (empty for the other kinds).
+        target: Vec<u8>,
     },
     SetAttr {
         path: Vec<u8>,
@@ -38,6 +46,13 @@ pub(crate) enum NsOp {
         gid: Option<u32>,
         atime: Option<TimeSpec>,
         mtime: Option<TimeSpec>,
+    },
+    /// A file or symlink made by the CREATE of seq `prov`, removed before it reached the
+    /// store (`Writeback::unlink_deferred`).
+    Unlink {
+        path: Vec<u8>,
+        kind: FileKind,
+        prov: u64,
     },
 }
 
@@ -143,9 +158,14 @@ impl NsOp {
                 kind,
                 mode,
                 owner,
+                target,
             } => {
                 out.push(OP_CREATE);
-                out.push(if *kind == FileKind::Dir { 2 } else { 1 });
+                out.push(match kind {
+                    FileKind::Dir => 2,
+                    FileKind::Symlink => 3,
+                    _ => 1,
+                });
                 out.extend_from_slice(&mode.to_le_bytes());
                 out.push(owner.is_some() as u8);
                 let (u, g) = owner.unwrap_or((0, 0));
@@ -153,6 +173,9 @@ impl NsOp {
                 out.extend_from_slice(&g.to_le_bytes());
                 put_bytes(&mut out, parent);
                 put_bytes(&mut out, name);
+                if *kind == FileKind::Symlink {
+                    put_bytes(&mut out, target);
+                }
             }
             NsOp::SetAttr {
                 path,
@@ -176,6 +199,12 @@ impl NsOp {
                 put_time(&mut out, *atime);
                 put_time(&mut out, *mtime);
             }
+            NsOp::Unlink { path, kind, prov } => {
+                out.push(OP_UNLINK);
+                put_bytes(&mut out, path);
+                out.push(if *kind == FileKind::Symlink { 3 } else { 1 });
+                out.extend_from_slice(&prov.to_le_bytes());
+            }
         }
         out
     }
@@ -190,6 +219,7 @@ impl NsOp {
                 let kind = match r.u8()? {
                     1 => FileKind::File,
                     2 => FileKind::Dir,
+                    3 => FileKind::Symlink,
                     _ => return Err("namespace record: unknown kind"),
                 };
                 let mode = r.u32()?;
@@ -200,12 +230,20 @@ impl NsOp {
                 if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
                     return Err("namespace record: not a name");
                 }
+                let target = match kind {
+                    FileKind::Symlink => r.bytes()?,
+                    _ => Vec::new(),
+                };
+                if kind == FileKind::Symlink && (target.is_empty() || target.contains(&0)) {
+                    return Err("namespace record: not a symlink target");
+                }
                 NsOp::Create {
                     parent,
                     name,
                     kind,
                     mode,
                     owner: has_owner.then_some((u, g)),
+                    target,
                 }
             }
             OP_SETATTR => {
@@ -222,6 +260,19 @@ impl NsOp {
                     atime: on(3).then_some(atime),
                     mtime: on(4).then_some(mtime),
                 }
+            }
+            OP_UNLINK => {
+                let path = r.bytes()?;
+                let kind = match r.u8()? {
+                    1 => FileKind::File,
+                    3 => FileKind::Symlink,
+                    _ => return Err("namespace record: unknown kind"),
+                };
+                let prov = r.i64()? as u64;
+                if path.is_empty() {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Unlink { path, kind, prov }
             }
             _ => return Err("namespace record: unknown operation"),
         };
@@ -245,6 +296,7 @@ mod tests {
                 kind: FileKind::File,
                 mode: 0o644,
                 owner: Some((1000, 100)),
+                target: Vec::new(),
             },
             NsOp::Create {
                 parent: Vec::new(),
@@ -252,6 +304,15 @@ mod tests {
                 kind: FileKind::Dir,
                 mode: 0o755,
                 owner: None,
+                target: Vec::new(),
+            },
+            NsOp::Create {
+                parent: b"a".to_vec(),
+                name: b"link".to_vec(),
+                kind: FileKind::Symlink,
+                mode: 0o777,
+                owner: Some((0, 0)),
+                target: b"../b/c.txt".to_vec(),
             },
             NsOp::SetAttr {
                 path: b"a/b/c.txt".to_vec(),
@@ -263,6 +324,11 @@ mod tests {
                     sec: -5,
                     nsec: 999_999_999,
                 }),
+            },
+            NsOp::Unlink {
+                path: b"a/conftest.c".to_vec(),
+                kind: FileKind::File,
+                prov: 1 << 40,
             },
         ];
         for op in &ops {
@@ -282,8 +348,18 @@ mod tests {
             kind: FileKind::File,
             mode: 0,
             owner: None,
+            target: Vec::new(),
         };
         assert!(NsOp::decode(&bad_name.encode()).is_err());
+        let no_target = NsOp::Create {
+            parent: Vec::new(),
+            name: b"l".to_vec(),
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            owner: None,
+            target: Vec::new(),
+        };
+        assert!(NsOp::decode(&no_target.encode()).is_err());
         for n in 0..64u8 {
             let b: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ n).collect();
             let _ = NsOp::decode(&b);

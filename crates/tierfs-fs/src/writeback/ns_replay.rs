@@ -3,12 +3,15 @@
 //! twice is harmless: a crash may come after the store did it and before its DONE was
 //! recorded.
 //!
-//! - A create finding the name taken by an empty regular file (or a mkdir finding a
-//!   directory) takes it for its own, made before the crash: until the create's DONE is
+//! - A create finding the name taken by an empty regular file (a mkdir a directory, a
+//!   symlink a symlink to the same target) takes it for its own, made before the crash: until the create's DONE is
 //!   recorded no data of the file is written (see `ns`), so ours is empty. Anything else
 //!   there is someone else's: a conflict. Our file is not made, and its data goes to
 //!   `lost/` (never written into theirs, never dropped).
 //! - A setattr of a path that is gone is skipped, with a log line.
+//! - An unlink removes what its create made (an empty regular file, or a symlink), if it is
+//!   there, and the file's data records are dropped: it was unlinked before it reached the
+//!   store. Anything else under the name is someone else's and stays.
 //! - A store that fails (gone, full) fails the mount, as for data records: nothing is lost,
 //!   the next mount tries again.
 
@@ -35,18 +38,28 @@ fn under(path: &[u8], r: &[u8]) -> bool {
     path == r || (path.len() > r.len() && path.starts_with(r) && path[r.len()] == b'/')
 }
 
-/// Applies the pending namespace records; returns the paths of the objects the store refused
-/// (their data records go to `lost/`).
+/// What the replay of the namespace records says of the data records.
+#[derive(Debug, Default)]
+pub(crate) struct NsReplayed {
+    /// The paths of the objects the store refused: their data records go to `lost/`.
+    pub refused: Vec<Vec<u8>>,
+    /// Provisional files unlinked before they reached the store (by the seq of their
+    /// CREATE, their journal key's inode part): their data records are dropped.
+    pub dropped: Vec<u64>,
+}
+
+/// Applies the pending namespace records.
 pub(crate) fn replay_ns<S: Store>(
     store: &St<S>,
     journal: &Journal,
     pending: &[PendingNs],
     c: &WbCounters,
-) -> std::result::Result<Vec<Vec<u8>>, String> {
+) -> std::result::Result<NsReplayed, String> {
     let mut refused: Vec<Vec<u8>> = Vec::new();
+    let mut dropped: Vec<u64> = Vec::new();
     let mut dirs: Vec<Vec<u8>> = Vec::new();
     let Some(last) = pending.last().map(|p| p.seq) else {
-        return Ok(refused);
+        return Ok(NsReplayed::default());
     };
     eprintln!(
         "tierfs: replaying {} namespace operations from the write-back journal...",
@@ -77,6 +90,7 @@ pub(crate) fn replay_ns<S: Store>(
                 kind,
                 mode,
                 owner,
+                target,
             } => {
                 let path = join(parent, name);
                 if refused.iter().any(|r| under(parent, r)) {
@@ -97,8 +111,10 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", parent, e)),
                 };
                 let n = OsStr::from_bytes(name);
+                let t = OsStr::from_bytes(target);
                 let r = match kind {
                     FileKind::Dir => store.mkdir(&pnode, n, *mode, *owner).map(|_| ()),
+                    FileKind::Symlink => store.symlink(&pnode, n, t, *owner).map(|_| ()),
                     _ => store
                         .create(
                             &pnode,
@@ -114,6 +130,10 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) if e == Errno(libc::EEXIST) => {
                         let ours = match store.lookup(&pnode, n) {
                             Ok((_, a)) if *kind == FileKind::Dir => a.kind == FileKind::Dir,
+                            Ok((node, a)) if *kind == FileKind::Symlink => {
+                                a.kind == FileKind::Symlink
+                                    && store.readlink(&node).is_ok_and(|got| got == t)
+                            }
                             Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
                             Err(_) => false,
                         };
@@ -158,6 +178,43 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", path, e)),
                 }
             }
+            NsOp::Unlink { path, kind, prov } => {
+                dropped.push(*prov);
+                if refused.iter().any(|r| under(path, r)) {
+                    continue;
+                }
+                let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
+                    Some(i) => (&path[..i], &path[i + 1..]),
+                    None => (&[][..], &path[..]),
+                };
+                let n = OsStr::from_bytes(name);
+                let pnode = match super::replay::open_by_path(store, parent) {
+                    Ok((pnode, _)) => pnode,
+                    Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => continue,
+                    Err(e) => return Err(fail("looking up", parent, e)),
+                };
+                let ours = match store.lookup(&pnode, n) {
+                    Ok((_, a)) if *kind == FileKind::Symlink => a.kind == FileKind::Symlink,
+                    Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
+                    Err(e) if e == Errno::ENOENT => continue,
+                    Err(e) => return Err(fail("looking up", path, e)),
+                };
+                if !ours {
+                    tracing::warn!(
+                        "write-back replay: {} is not the object we made and unlinked: left as it is",
+                        String::from_utf8_lossy(path)
+                    );
+                    continue;
+                }
+                match store.unlink(&pnode, n) {
+                    Ok(()) => {}
+                    Err(e) if e == Errno::ENOENT => {}
+                    Err(e) => return Err(fail("removing", path, e)),
+                }
+                if !dirs.iter().any(|d| d == parent) {
+                    dirs.push(parent.to_vec());
+                }
+            }
         }
         c.ns_replayed.fetch_add(1, Relaxed);
     }
@@ -172,11 +229,116 @@ pub(crate) fn replay_ns<S: Store>(
         .done(NS_KEY.0, NS_KEY.1, last)
         .and_then(|_| journal.sync_all())
         .map_err(|e| format!("write-back journal: {e}"))?;
-    Ok(refused)
+    Ok(NsReplayed { refused, dropped })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::counted::CountedStore;
+    use crate::identity::IdStore;
+    use std::path::Path;
+    use tierfs_cache::journal::{JournalConfig, Record};
+    use tierfs_store::{IdentityChoice, PosixStore};
+
+    fn symlink_record(seq: u64, parent: &str, name: &str, target: &str) -> PendingNs {
+        let op = NsOp::Create {
+            parent: parent.as_bytes().to_vec(),
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            owner: None,
+            target: target.as_bytes().to_vec(),
+        };
+        PendingNs {
+            seq,
+            payload: op.encode(),
+        }
+    }
+
+    fn record(seq: u64, op: NsOp) -> PendingNs {
+        PendingNs {
+            seq,
+            payload: op.encode(),
+        }
+    }
+
+    fn link_of(p: &Path) -> String {
+        std::fs::read_link(p)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A deferred symlink is made at replay; one the store already has with the same target
+    /// is ours, made before the crash; one with another target is someone else's: kept, and
+    /// ours is counted as a conflict, never put over it. An unlink removes what its create
+    /// made, and only that, and names the file whose data records are dropped.
+    #[test]
+    fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
+        let t = tempfile::tempdir().unwrap();
+        let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+        std::fs::create_dir_all(back.join("a")).unwrap();
+        std::os::unix::fs::symlink("t", back.join("a/mine")).unwrap();
+        std::os::unix::fs::symlink("other", back.join("a/theirs")).unwrap();
+        let store = IdStore::new(CountedStore::new(
+            PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
+        ))
+        .unwrap();
+        let (journal, _) =
+            Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+        std::fs::write(back.join("a/someone-elses"), b"x").unwrap();
+        let unlink = |path: &str, kind, prov| NsOp::Unlink {
+            path: path.as_bytes().to_vec(),
+            kind,
+            prov,
+        };
+        let pending = [
+            symlink_record(1, "a", "new", "../x/y"),
+            symlink_record(2, "a", "mine", "t"),
+            symlink_record(3, "a", "theirs", "t"),
+            // A temporary file made and unlinked before it reached the store, and a symlink.
+            record(
+                4,
+                NsOp::Create {
+                    parent: b"a".to_vec(),
+                    name: b"tmp".to_vec(),
+                    kind: FileKind::File,
+                    mode: 0o600,
+                    owner: None,
+                    target: Vec::new(),
+                },
+            ),
+            record(5, unlink("a/tmp", FileKind::File, 4)),
+            symlink_record(6, "a", "gone", "t"),
+            record(7, unlink("a/gone", FileKind::Symlink, 6)),
+            // Its create is not pending (covered by a DONE, never made): the name holds
+            // someone else's file, which stays.
+            record(8, unlink("a/someone-elses", FileKind::File, 3)),
+        ];
+        // In the journal as the daemon appended them (their seqs are the ones above).
+        for p in &pending {
+            let seq = journal
+                .append(Record::Ns {
+                    payload: &p.payload,
+                })
+                .unwrap();
+            assert_eq!(seq, p.seq);
+        }
+        let c = WbCounters::default();
+        let r = replay_ns(&store, &journal, &pending, &c).unwrap();
+        assert_eq!(link_of(&back.join("a/new")), "../x/y");
+        assert_eq!(link_of(&back.join("a/mine")), "t");
+        assert_eq!(link_of(&back.join("a/theirs")), "other");
+        assert_eq!(r.refused, vec![b"a/theirs".to_vec()]);
+        assert_eq!(c.ns_conflicts.load(Relaxed), 1);
+        assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
+        assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
+        assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
+        assert_eq!(r.dropped, vec![4, 6, 3]);
+        journal.shutdown();
+    }
+
     #[test]
     fn paths() {
         assert_eq!(super::join(b"", b"a"), b"a");

@@ -35,14 +35,14 @@ impl<S: Store> Writeback<S> {
         }
         let c = WbCounters::default();
         settle_damage(&journal, &replay, dir, &c)?;
-        let refused = super::ns_replay::replay_ns(&sh.store, &journal, &replay.pending_ns, &c)?;
+        let replayed = super::ns_replay::replay_ns(&sh.store, &journal, &replay.pending_ns, &c)?;
         if !replay.pending.is_empty() {
             eprintln!(
                 "tierfs: replaying {} writes ({:.1} MiB) from the write-back journal...",
                 replay.pending.len(),
                 replay.pending_bytes as f64 / 1048576.0
             );
-            replay_pending(&sh.store, &journal, &replay.pending, dir, &c, &refused)?;
+            replay_pending(&sh.store, &journal, &replay.pending, dir, &c, &replayed)?;
         }
         c.replay_ms.store(t.elapsed().as_millis() as u64, Relaxed);
         let flushers = cfg.flushers.max(1);
@@ -98,7 +98,7 @@ pub(crate) fn replay_journal<S: Store>(
         journal.set_space_hook(Arc::new(move |bytes| ssd.yield_space(bytes)));
     }
     settle_damage(&journal, &replay, dir, &WbCounters::default())?;
-    let refused =
+    let ns =
         super::ns_replay::replay_ns(store, &journal, &replay.pending_ns, &WbCounters::default())?;
     if !replay.pending.is_empty() {
         eprintln!(
@@ -112,7 +112,7 @@ pub(crate) fn replay_journal<S: Store>(
             &replay.pending,
             dir,
             &WbCounters::default(),
-            &refused,
+            &ns,
         )?;
     }
     journal.shutdown();
@@ -129,7 +129,7 @@ fn replay_pending<S: Store>(
     pending: &[PendingWrite],
     dir: &Path,
     c: &WbCounters,
-    refused: &[Vec<u8>],
+    ns: &super::ns_replay::NsReplayed,
 ) -> std::result::Result<(), String> {
     let mut by_file: BTreeMap<(u64, u64), Vec<&PendingWrite>> = BTreeMap::new();
     for p in pending {
@@ -144,8 +144,16 @@ fn replay_pending<S: Store>(
         // A file created by deferred namespace write-back has a provisional identity: the
         // path is the file (its create was replayed just before).
         let provisional = dev == crate::namespace::PROV_DEV;
+        if provisional && ns.dropped.contains(&ino) {
+            // Unlinked before it reached the store: its data goes nowhere.
+            let upto = writes.iter().map(|w| w.seq).max().unwrap_or(0);
+            journal
+                .done(dev, ino, upto)
+                .map_err(|e| format!("write-back journal: {e}"))?;
+            continue;
+        }
         let by_inode = store.identity_kind() == tierfs_store::Identity::Inode && !provisional;
-        let found = if refused.iter().any(|r| r == path) {
+        let found = if ns.refused.iter().any(|r| r == path) {
             Err(Errno(libc::EEXIST))
         } else {
             open_by_path(store, path)
