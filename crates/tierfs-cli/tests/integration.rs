@@ -1781,3 +1781,77 @@ fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
         });
     }
 }
+
+/// Issue 15: the store fails (EIO) in the middle of a group the namespace flusher applies
+/// several operations of at once. What was applied before the failure is kept, what came
+/// after it is applied again once the store is back (a create finds the object it made:
+/// never a conflict, never `journal/lost/`), and every name and mode reaches the store.
+#[test]
+fn a_store_failing_halfway_through_a_parallel_group_loses_nothing() {
+    use tierfs_store::OpClass;
+    // Modes the test process's umask (022: this daemon runs in it, unlike `tierfs mount`,
+    // which runs under umask 0) leaves alone.
+    const MODES: [u32; 4] = [0o600, 0o640, 0o700, 0o444];
+    let wb = tierfs_fs::WbConfig {
+        mode: tierfs_fs::WbMode::Back,
+        journal_size: 256 << 20,
+        namespace_delay: Duration::from_secs(600),
+        namespace_quiet: Duration::from_secs(600),
+        namespace_threads: 8,
+        retry_max: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let m = FaultMount::with_writeback(tierfs_fs::FsConfig::default(), Some(wb), |_| {});
+    let (mnt, backing, faults, fs) = (
+        m.mnt.clone(),
+        m.backing.clone(),
+        m.faults.clone(),
+        m.fs.clone(),
+    );
+    let journal = m.dir.path().join("journal");
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+        let d = mnt.join("d");
+        std::fs::create_dir(&d).unwrap();
+        for (s, mode) in MODES.iter().enumerate() {
+            let sub = d.join(format!("s{s}"));
+            std::fs::create_dir(&sub).unwrap();
+            for k in 0..16 {
+                let f = sub.join(format!("f{k}"));
+                File::create(&f).unwrap();
+                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(*mode)).unwrap();
+            }
+        }
+        // 25 creates and mkdirs go through, then the store fails them until healed.
+        faults.set_latency(Duration::from_millis(2));
+        faults.fail_after(OpClass::Write, 25, libc::EIO);
+        let healer = {
+            let faults = faults.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(600));
+                faults.fail(OpClass::Write, None);
+            })
+        };
+        File::open(&d).unwrap().sync_all().unwrap();
+        healer.join().unwrap();
+        faults.set_latency(Duration::ZERO);
+        let ns = fs.stats().writeback.unwrap().namespace;
+        assert!(ns.errors > 0, "the store never failed: {ns:?}");
+        assert_eq!(ns.conflicts, 0, "{ns:?}");
+        for (s, mode) in MODES.iter().enumerate() {
+            for k in 0..16 {
+                let p = backing.join(format!("d/s{s}/f{k}"));
+                let md = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert_eq!(md.mode() & 0o7777, *mode, "{}", p.display());
+            }
+        }
+        assert!(
+            !journal.join("lost").exists(),
+            "a create taken for a conflict"
+        );
+        println!(
+            "a group failed halfway ({} errors) and was applied whole",
+            ns.errors
+        );
+    });
+}

@@ -2000,3 +2000,106 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
         "nothing staged as lost"
     );
 }
+
+/// Namespace write-back: the way programs save a file (write `x.tmp`, then rename it to `x`)
+/// waits for nothing when `x.tmp` is a file write-back made and has not sent to the store
+/// yet: its queued create is rewritten to make `x`, and the store never has `x.tmp`. The
+/// data and the mode follow the file, through an unmount and through `kill -9` (replay).
+#[test]
+fn an_atomic_save_of_a_new_file_waits_for_nothing_and_lands_whole() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = BinMount::new(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let data = |k: usize| seeded_bytes(k as u64, 10_000 + 3_000 * k);
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let save = |dir: &Path, name: &str, bytes: &[u8]| {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    };
+    let want: Vec<String> = (0..20).map(|k| format!("f{k:02}")).collect();
+    let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing, want) = (mnt.clone(), backing.clone(), want.clone());
+        move || {
+            assert!(names(&mnt).is_empty());
+            let waits = || n(&stats_of(&mnt), "writeback.namespace.waits");
+            let before = waits();
+            std::fs::create_dir(mnt.join("d")).unwrap();
+            for (k, f) in want.iter().enumerate() {
+                save(&mnt.join("d"), f, &data(k));
+            }
+            // In a directory of the store too.
+            save(&mnt, "top", &data(99));
+            let waited = waits() - before;
+            assert!(!backing.join("d").exists() && !backing.join("top").exists());
+            assert_eq!(names(&mnt.join("d")), want);
+            assert_eq!(std::fs::read(mnt.join("d/f03")).unwrap(), data(3));
+            let md = std::fs::metadata(mnt.join("d/f03")).unwrap();
+            assert_eq!(md.permissions().mode() & 0o777, 0o640);
+            waited
+        }
+    });
+    assert_eq!(waited, 0, "a rename waited for the namespace flusher");
+    m.unmount_and_wait();
+    assert_eq!(names(&backing.join("d")), want, "no .tmp name on the store");
+    for (k, f) in want.iter().enumerate() {
+        let p = backing.join("d").join(f);
+        assert_eq!(std::fs::read(&p).unwrap(), data(k), "{f}");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+    }
+    assert_eq!(std::fs::read(backing.join("top")).unwrap(), data(99));
+    assert!(!backing.join(".top.tmp").exists());
+
+    // The same across kill -9, with a second rename of the same file.
+    mount(
+        &m,
+        &[
+            "writeback.mode=back".to_string(),
+            "writeback.namespace_delay=1h".to_string(),
+            "writeback.namespace_quiet=1h".to_string(),
+        ],
+    );
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            // Listed, so that the mkdir is deferred too.
+            assert_eq!(names(&mnt), ["d", "top"]);
+            std::fs::create_dir(mnt.join("e")).unwrap();
+            save(&mnt.join("e"), "g", &data(50));
+            save(&mnt.join("e"), "h", &data(51));
+            std::fs::rename(mnt.join("e/h"), mnt.join("e/h2")).unwrap();
+            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
+            // the page cache).
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    assert!(
+        !backing.join("e").exists(),
+        "nothing reached the store before the kill"
+    );
+    m.kill_daemon();
+    mount(&m, &["writeback.mode=back".to_string()]);
+    m.unmount_and_wait();
+    assert_eq!(names(&backing.join("e")), ["g", "h2"]);
+    assert_eq!(std::fs::read(backing.join("e/g")).unwrap(), data(50));
+    assert_eq!(std::fs::read(backing.join("e/h2")).unwrap(), data(51));
+    assert!(
+        lost_names(&m.cache.join("journal")).is_empty(),
+        "nothing staged as lost"
+    );
+}

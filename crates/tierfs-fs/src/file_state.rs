@@ -57,6 +57,9 @@ impl Drop for OwnChange<'_> {
     }
 }
 
+/// `FileState::opens` of a file a deferred unlink dropped: it cannot be opened any more.
+pub(crate) const DROPPED: u32 = 1 << 31;
+
 /// One per backing file (by identity), shared by every kernel inode and handle of it, and
 /// kept after the kernel forgets the file so its cached blocks stay reachable.
 pub struct FileState {

@@ -34,6 +34,9 @@ pub struct FaultConfig {
     /// Calls in their added latency now, and the most there were at once, per class.
     waiting: [AtomicU64; 3],
     most_waiting: [AtomicU64; 3],
+    /// Calls of the class still to succeed before it fails with `fail_in_errno` (0: off).
+    fail_in: [AtomicU64; 3],
+    fail_in_errno: [AtomicI32; 3],
 }
 
 impl FaultConfig {
@@ -48,6 +51,14 @@ impl FaultConfig {
     /// Makes every operation of `class` fail with `errno` (`None` heals it).
     pub fn fail(&self, class: OpClass, errno: Option<i32>) {
         self.errno[class as usize].store(errno.unwrap_or(0), Ordering::Relaxed);
+    }
+    /// Lets the next `calls` operations of `class` succeed, then makes every one after them
+    /// fail with `errno` (as [`FaultConfig::fail`]; `fail(class, None)` heals it): a store
+    /// that fails in the middle of a batch of requests.
+    pub fn fail_after(&self, class: OpClass, calls: u64, errno: i32) {
+        let c = class as usize;
+        self.fail_in_errno[c].store(errno, Ordering::Relaxed);
+        self.fail_in[c].store(calls + 1, Ordering::Relaxed);
     }
     /// While hung, every operation blocks (like a dead NFS server).
     pub fn set_hung(&self, hung: bool) {
@@ -96,7 +107,16 @@ impl FaultConfig {
             std::thread::sleep(Duration::from_micros(lat));
             self.waiting[c].fetch_sub(1, Ordering::Relaxed);
         }
-        let e = self.errno[class as usize].load(Ordering::Relaxed);
+        let c = class as usize;
+        let left = self.fail_in[c]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if left == Ok(1) {
+            self.errno[c].store(
+                self.fail_in_errno[c].load(Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+        }
+        let e = self.errno[c].load(Ordering::Relaxed);
         if e != 0 {
             return Err(Errno(e));
         }

@@ -31,7 +31,9 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use seq_gate::SeqGate;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
+};
 use std::sync::{Arc, OnceLock};
 use tierfs_cache::{BlockKey, SingleFlight};
 use tierfs_store::{Errno, Result, Store};
@@ -198,7 +200,13 @@ impl<S: Store> Objects<S> {
         flags: i32,
     ) -> Result<u64> {
         let state = inode.file.clone().ok_or(Errno::EINVAL)?;
-        state.opens.fetch_add(1, Relaxed);
+        // Counted before it can be used; none once a deferred unlink dropped the file.
+        state
+            .opens
+            .fetch_update(AcqRel, Acquire, |n| {
+                (n & crate::file_state::DROPPED == 0).then_some(n + 1)
+            })
+            .map_err(|_| Errno::ENOENT)?;
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.files
             .insert(fh, Arc::new(OpenFile::new(inode, handle, flags, state)));

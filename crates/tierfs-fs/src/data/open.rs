@@ -9,7 +9,7 @@ use crate::namespace::{Entry, Requester};
 use crate::shared::{Handle, St};
 use crate::stats::FsStats;
 use std::ffi::OsStr;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_store::{Attr, Errno, Result, SetAttr, Store};
@@ -228,7 +228,7 @@ impl<S: Store> Objects<S> {
 
     pub fn release(&self, fh: u64) {
         if let Some((_, of)) = self.files.remove(&fh) {
-            of.state.opens.fetch_sub(1, Relaxed);
+            of.state.opens.fetch_sub(1, Release);
         }
     }
 

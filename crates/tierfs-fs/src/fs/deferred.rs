@@ -110,6 +110,25 @@ impl<S: Store> Fs<S> {
             .is_some()
     }
 
+    /// A rename write-back takes without the store (see `Writeback::rename_deferred`).
+    pub(super) fn rename_deferred(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> bool {
+        let Some(wb) = self.wb() else { return false };
+        if parent != newparent {
+            return false;
+        }
+        let Ok(p) = self.ns.inode(parent) else {
+            return false;
+        };
+        wb.rename_deferred(&p, name, newname, flags).is_some()
+    }
+
     // The `_fast` entry points answer on the dispatching thread what needs neither a store
     // request nor a wait: a deferred create, mkdir or setattr costs a journal append and a few
     // table updates, less than the hand-off to the I/O pool (an untar does four of them per

@@ -98,6 +98,10 @@ impl<S: Store> Fs<S> {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        if self.rename_deferred(parent, name, newparent, newname, flags) {
+            self.names_changed(parent);
+            return Ok(());
+        }
         self.drain_ns()?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;

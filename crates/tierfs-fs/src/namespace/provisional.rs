@@ -166,6 +166,23 @@ impl<T: Store> Provisional<T> {
         self.inner.lock().objs.get(&id).map(|o| o.attr)
     }
 
+    /// Provisional object `id` is now `new_name` in the same directory (a deferred rename).
+    pub fn rename(&self, id: Ident, new_name: &OsStr) {
+        let mut g = self.inner.lock();
+        let Some(o) = g.objs.get_mut(&id) else { return };
+        let (parent, old) = (
+            o.parent,
+            std::mem::replace(&mut o.name, new_name.to_owned()),
+        );
+        g.names.remove(&(parent, old.clone()));
+        g.names.insert((parent, new_name.to_owned()), id);
+        if let Some(p) = g.objs.get_mut(&parent) {
+            for c in p.children.iter_mut().filter(|c| **c == old) {
+                *c = new_name.to_owned();
+            }
+        }
+    }
+
     /// The target of provisional symlink `id` (None: not a provisional symlink).
     pub fn target(&self, id: Ident) -> Option<OsString> {
         if !is_provisional(id) {
@@ -255,6 +272,14 @@ impl<T: Store> Provisional<T> {
         self.count.store(g.objs.len(), Relaxed);
         drop(g);
         self.changed.notify_all();
+    }
+
+    /// Forgets that `id` failed (an object whose unlink was deferred, once nothing can
+    /// wait for it any more).
+    pub fn forget_failure(&self, id: Ident) {
+        let mut g = self.inner.lock();
+        g.failed.remove(&id);
+        self.any_failed.store(!g.failed.is_empty(), Relaxed);
     }
 
     /// The mount is going away: waiters give up.

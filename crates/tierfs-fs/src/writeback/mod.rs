@@ -21,6 +21,7 @@ mod ns_lost;
 mod ns_order;
 mod ns_queue;
 mod ns_record;
+mod ns_rename;
 mod ns_replay;
 mod replay;
 mod reserve;

@@ -128,8 +128,13 @@ impl<S: Store> Writeback<S> {
             let (done_upto, rest) = wb.apply_group(batch, &mut made);
             if !rest.is_empty() {
                 // Put back in front, in order: nothing after a failed operation goes first.
+                // A create put back may be on the store already (made after the failure, or
+                // before a directory sync that failed).
                 let mut q = wb.nsq.q.lock();
-                for j in rest.into_iter().rev() {
+                for mut j in rest.into_iter().rev() {
+                    if let Job::Create { tried, .. } = &mut j {
+                        *tried = true;
+                    }
                     q.push_front(j);
                 }
             }
@@ -277,7 +282,7 @@ impl<S: Store> Writeback<S> {
                 id: j.inode().id(),
                 parent: match j {
                     Job::Create { parent, .. } => Some(parent.id()),
-                    Job::SetAttr { .. } | Job::Drop { .. } => None,
+                    Job::SetAttr { .. } | Job::Drop { .. } | Job::Renamed { .. } => None,
                 },
             })
             .collect();
@@ -456,8 +461,14 @@ impl<S: Store> Writeback<S> {
                     }
                 }
             }
-            Job::Drop { .. } => {
-                // Never made: nothing for the store to do.
+            Job::Drop { inode, .. } => {
+                // Never made: nothing for the store to do, nor anything left to wait for it.
+                self.ns.prov.forget_failure(inode.id());
+                self.c.ns_applied.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Job::Renamed { .. } => {
+                // Made under its new name: nothing for the store to do.
                 self.c.ns_applied.fetch_add(1, Relaxed);
                 Ok(())
             }
@@ -550,7 +561,9 @@ impl<S: Store> Writeback<S> {
         let mut creating_in: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
         for j in q.iter() {
             queued.insert(j.inode().id());
-            if let Job::Create { parent, .. } = j {
+            if let Job::Create { parent, .. } | Job::Drop { parent, .. } = j {
+                // (A withdrawn create too: its directory's shadow is keyed by the identity
+                // the directory has until it is published.)
                 creating_in.insert(parent.id());
             }
         }

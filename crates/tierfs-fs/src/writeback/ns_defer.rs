@@ -12,7 +12,9 @@ use crate::namespace::{is_provisional, ProvLookup, Requester};
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{
+    Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::Record;
@@ -170,6 +172,7 @@ impl<S: Store> Writeback<S> {
             target: target.map(OsStr::to_owned),
             new_owner: owner_new,
             reserved,
+            tried: false,
             at: Instant::now(),
         });
         self.nsq.appended.store(seq, Relaxed);
@@ -288,21 +291,38 @@ impl<S: Store> Writeback<S> {
                 inode: i,
                 parent,
                 reserved,
+                tried: false,
                 ..
             } if i.id() == id => Some((parent.clone(), *reserved)),
             _ => None,
         })?;
+        // No open from here on (an open that comes now fails, as after the unlink); one
+        // that came since the check above keeps the file.
+        let st = inode.file.clone();
+        let closed = st.as_ref().is_none_or(|st| {
+            st.opens
+                .compare_exchange(0, crate::file_state::DROPPED, AcqRel, Acquire)
+                .is_ok()
+        });
+        if !closed {
+            return None;
+        }
+        let reopen = || {
+            if let Some(st) = &st {
+                st.opens.store(0, Release);
+            }
+        };
         let op = NsOp::Unlink {
             path,
             kind: attr.kind,
             prov: id.1,
         };
-        let seq = self
-            .journal
-            .append(Record::Ns {
-                payload: &op.encode(),
-            })
-            .ok()?;
+        let Ok(seq) = self.journal.append(Record::Ns {
+            payload: &op.encode(),
+        }) else {
+            reopen();
+            return None;
+        };
         q.retain(|j| j.inode().id() != id);
         // Its data first, while the data flushers still leave it alone (it waits for its
         // create); then the name goes, and whatever waits for the object fails: it never

@@ -69,7 +69,14 @@ pub(crate) fn par_each<T: Sync>(items: &[T], threads: usize, f: impl Fn(&T) + Sy
     };
     std::thread::scope(|s| {
         for _ in 1..threads {
-            s.spawn(work);
+            // Out of threads: the ones there (the caller's at least) do the rest.
+            if std::thread::Builder::new()
+                .name("tierfs-nsapply".into())
+                .spawn_scoped(s, work)
+                .is_err()
+            {
+                break;
+            }
         }
         work();
     });

@@ -45,6 +45,9 @@ pub(crate) enum Job<S: Store> {
         new_owner: (u32, u32),
         /// Store bytes reserved for it (a directory's first block), given back once applied.
         reserved: u64,
+        /// Taken by the flusher once and put back (a failure in its group): it may be on the
+        /// store already, so an unlink or rename of it is not deferred.
+        tried: bool,
         at: Instant,
     },
     SetAttr {
@@ -64,19 +67,31 @@ pub(crate) enum Job<S: Store> {
         reserved: u64,
         at: Instant,
     },
+    /// A rename whose create is still queued (`Writeback::rename_deferred`): the create now
+    /// makes the new name, so nothing is left for the store. Applied, it moves the DONE over
+    /// the record; queued, it keeps the object unpublished.
+    Renamed {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        at: Instant,
+    },
 }
 
 impl<S: Store> Job<S> {
     pub(super) fn seq(&self) -> u64 {
         match self {
-            Job::Create { seq, .. } | Job::SetAttr { seq, .. } | Job::Drop { seq, .. } => *seq,
+            Job::Create { seq, .. }
+            | Job::SetAttr { seq, .. }
+            | Job::Drop { seq, .. }
+            | Job::Renamed { seq, .. } => *seq,
         }
     }
     pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
         match self {
-            Job::Create { inode, .. } | Job::SetAttr { inode, .. } | Job::Drop { inode, .. } => {
-                inode
-            }
+            Job::Create { inode, .. }
+            | Job::SetAttr { inode, .. }
+            | Job::Drop { inode, .. }
+            | Job::Renamed { inode, .. } => inode,
         }
     }
     /// What `ns_fold` needs to know of it.
@@ -102,13 +117,16 @@ impl<S: Store> Job<S> {
                     .as_ref()
                     .is_some_and(|st| st.has_dirty.load(Acquire)),
             },
-            Job::Drop { .. } => FoldIn::Skip,
+            Job::Drop { .. } | Job::Renamed { .. } => FoldIn::Skip,
         }
     }
 
     pub(super) fn at(&self) -> Instant {
         match self {
-            Job::Create { at, .. } | Job::SetAttr { at, .. } | Job::Drop { at, .. } => *at,
+            Job::Create { at, .. }
+            | Job::SetAttr { at, .. }
+            | Job::Drop { at, .. }
+            | Job::Renamed { at, .. } => *at,
         }
     }
 }

@@ -12,6 +12,8 @@
 //!                  | mtime ns u32
 //! UNLINK  (op 3) = path (u16 length, bytes) | kind u8 (1 file, 3 symlink) | prov u64 (the seq
 //!                  of the CREATE that made it: its data records are dropped at replay)
+//! RENAME  (op 4) = from path (u16 length, bytes) | to path (u16 length, bytes) | prov u64 (the
+//!                  seq of the CREATE that made it: its data records follow it at replay)
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
@@ -25,6 +27,7 @@ const VERSION: u8 = 1;
 const OP_CREATE: u8 = 1;
 const OP_SETATTR: u8 = 2;
 const OP_UNLINK: u8 = 3;
+const OP_RENAME: u8 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -52,6 +55,13 @@ pub(crate) enum NsOp {
     Unlink {
         path: Vec<u8>,
         kind: FileKind,
+        prov: u64,
+    },
+    /// A file or symlink made by the CREATE of seq `prov`, renamed before it reached the
+    /// store (`Writeback::rename_deferred`).
+    Rename {
+        from: Vec<u8>,
+        to: Vec<u8>,
         prov: u64,
     },
 }
@@ -205,6 +215,12 @@ impl NsOp {
                 out.push(if *kind == FileKind::Symlink { 3 } else { 1 });
                 out.extend_from_slice(&prov.to_le_bytes());
             }
+            NsOp::Rename { from, to, prov } => {
+                out.push(OP_RENAME);
+                put_bytes(&mut out, from);
+                put_bytes(&mut out, to);
+                out.extend_from_slice(&prov.to_le_bytes());
+            }
         }
         out
     }
@@ -274,6 +290,14 @@ impl NsOp {
                 }
                 NsOp::Unlink { path, kind, prov }
             }
+            OP_RENAME => {
+                let (from, to) = (r.bytes()?, r.bytes()?);
+                let prov = r.i64()? as u64;
+                if from.is_empty() || to.is_empty() {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Rename { from, to, prov }
+            }
             _ => return Err("namespace record: unknown operation"),
         };
         if r.at != b.len() {
@@ -329,6 +353,11 @@ mod tests {
                 path: b"a/conftest.c".to_vec(),
                 kind: FileKind::File,
                 prov: 1 << 40,
+            },
+            NsOp::Rename {
+                from: b"a/.f.tmp".to_vec(),
+                to: b"a/f".to_vec(),
+                prov: 77,
             },
         ];
         for op in &ops {

@@ -9,9 +9,14 @@
 //!   there is someone else's: a conflict. Our file is not made, and its data goes to
 //!   `lost/` (never written into theirs, never dropped).
 //! - A setattr of a path that is gone is skipped, with a log line.
-//! - An unlink removes what its create made (an empty regular file, or a symlink), if it is
-//!   there, and the file's data records are dropped: it was unlinked before it reached the
-//!   store. Anything else under the name is someone else's and stays.
+//! - An unlink removes what its create made in this replay (an empty regular file, or a
+//!   symlink), and the file's data records are dropped: it was unlinked before it reached
+//!   the store. Without its CREATE record (covered by a DONE, and withdrawn: never applied)
+//!   whatever the name holds is someone else's and stays.
+//! - A rename moves what its create made in this replay; without its CREATE record the
+//!   create was applied under the new name (`ns_rename`). Setattrs recorded under the old
+//!   name follow it. Data records of the file go to where the last pending CREATE or RENAME
+//!   put it.
 //! - A store that fails (gone, full) fails the mount, as for data records: nothing is lost,
 //!   the next mount tries again.
 
@@ -46,6 +51,16 @@ pub(crate) struct NsReplayed {
     /// Provisional files unlinked before they reached the store (by the seq of their
     /// CREATE, their journal key's inode part): their data records are dropped.
     pub dropped: Vec<u64>,
+    /// Where provisional files made or renamed by a pending record are now (by the seq of
+    /// their CREATE): their data records go there, whatever path the last of them names.
+    pub moved: rustc_hash::FxHashMap<u64, Vec<u8>>,
+}
+
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[][..], path),
+    }
 }
 
 /// Applies the pending namespace records.
@@ -57,7 +72,30 @@ pub(crate) fn replay_ns<S: Store>(
 ) -> std::result::Result<NsReplayed, String> {
     let mut refused: Vec<Vec<u8>> = Vec::new();
     let mut dropped: Vec<u64> = Vec::new();
+    let mut moved: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
+    // Provisional objects this replay made from their CREATE records (by its seq).
+    let mut made_now: rustc_hash::FxHashSet<u64> = Default::default();
     let mut dirs: Vec<Vec<u8>> = Vec::new();
+    // The pending renames, for a setattr recorded under the name a file had before one: the
+    // create it follows may have made the new name already (see `ns_rename`).
+    let renames: Vec<(u64, Vec<u8>, Vec<u8>)> = pending
+        .iter()
+        .filter_map(|p| match NsOp::decode(&p.payload) {
+            Ok(NsOp::Rename { from, to, .. }) => Some((p.seq, from, to)),
+            _ => None,
+        })
+        .collect();
+    let renamed_to = |seq: u64, path: &[u8]| -> Option<Vec<u8>> {
+        let mut cur = path.to_vec();
+        let mut found = false;
+        for (s, from, to) in &renames {
+            if *s > seq && *from == cur {
+                cur = to.clone();
+                found = true;
+            }
+        }
+        found.then_some(cur)
+    };
     let Some(last) = pending.last().map(|p| p.seq) else {
         return Ok(NsReplayed::default());
     };
@@ -132,7 +170,10 @@ pub(crate) fn replay_ns<S: Store>(
                             Ok((_, a)) if *kind == FileKind::Dir => a.kind == FileKind::Dir,
                             Ok((node, a)) if *kind == FileKind::Symlink => {
                                 a.kind == FileKind::Symlink
-                                    && store.readlink(&node).is_ok_and(|got| got == t)
+                                    && match store.readlink(&node) {
+                                        Ok(got) => got == t,
+                                        Err(e) => return Err(fail("reading", &path, e)),
+                                    }
                             }
                             Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
                             Err(_) => false,
@@ -157,13 +198,22 @@ pub(crate) fn replay_ns<S: Store>(
                 if !dirs.contains(parent) {
                     dirs.push(parent.clone());
                 }
+                made_now.insert(p.seq);
+                moved.insert(p.seq, path);
             }
             NsOp::SetAttr { path, .. } => {
                 if refused.iter().any(|r| under(path, r)) {
                     continue;
                 }
                 let Some(set) = op.set_attr() else { continue };
-                match super::replay::open_by_path(store, path) {
+                let found = match super::replay::open_by_path(store, path) {
+                    Err(e) if e == Errno::ENOENT => match renamed_to(p.seq, path) {
+                        Some(to) => super::replay::open_by_path(store, &to),
+                        None => Err(e),
+                    },
+                    r => r,
+                };
+                match found {
                     Ok((node, _)) => match store.setattr(&node, None, &set) {
                         Ok(_) => {}
                         Err(e) if e == Errno::ENOENT => {}
@@ -178,15 +228,74 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", path, e)),
                 }
             }
-            NsOp::Unlink { path, kind, prov } => {
-                dropped.push(*prov);
-                if refused.iter().any(|r| under(path, r)) {
+            NsOp::Rename { from, to, prov } => {
+                if refused.iter().any(|r| under(from, r)) {
+                    refused.push(to.clone());
                     continue;
                 }
-                let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
-                    Some(i) => (&path[..i], &path[i + 1..]),
-                    None => (&[][..], &path[..]),
+                moved.insert(*prov, to.clone());
+                if !made_now.contains(prov) {
+                    // Its create was applied before the crash, under the new name.
+                    continue;
+                }
+                // Made by this replay under its old name: moved to the new one.
+                let ((fp, fname), (tp, tname)) = (split(from), split(to));
+                let (fname, tname) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
+                let dir = |d: &[u8]| super::replay::open_by_path(store, d).map(|(n, _)| n);
+                let (fnode, tnode) = match (dir(fp), dir(tp)) {
+                    (Ok(f), Ok(t)) => (f, t),
+                    (Err(e), _) | (_, Err(e))
+                        if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) =>
+                    {
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                        refused.push(to.clone());
+                        continue;
+                    }
+                    (Err(e), _) | (_, Err(e)) => return Err(fail("looking up", to, e)),
                 };
+                match store.rename(&fnode, fname, &tnode, tname, libc::RENAME_NOREPLACE) {
+                    Ok(()) => {}
+                    Err(e) if e == Errno(libc::EEXIST) => {
+                        // The new name is there: ours if it is what the create made before
+                        // the crash (empty: no data is flushed before the create's DONE).
+                        let ours = store.lookup(&tnode, tname).is_ok_and(|(_, a)| {
+                            a.kind == FileKind::Symlink || (a.kind == FileKind::File && a.size == 0)
+                        });
+                        if !ours {
+                            tracing::error!(
+                                "write-back replay: {} was created on the store by someone else before ours: theirs is kept, ours (its data) goes under lost/",
+                                String::from_utf8_lossy(to)
+                            );
+                            c.ns_conflicts.fetch_add(1, Relaxed);
+                            refused.push(to.clone());
+                        }
+                        // The copy this replay made under the old name goes.
+                        match store.unlink(&fnode, fname) {
+                            Ok(()) => {}
+                            Err(e) if e == Errno::ENOENT => {}
+                            Err(e) => return Err(fail("removing", from, e)),
+                        }
+                    }
+                    // Not there (not expected: this replay made it).
+                    Err(e) if e == Errno::ENOENT => continue,
+                    Err(e) => return Err(fail("renaming", from, e)),
+                }
+                for d in [fp, tp] {
+                    if !dirs.iter().any(|x| x == d) {
+                        dirs.push(d.to_vec());
+                    }
+                }
+            }
+            NsOp::Unlink { path, kind, prov } => {
+                dropped.push(*prov);
+                moved.remove(prov);
+                if refused.iter().any(|r| under(path, r)) || !made_now.contains(prov) {
+                    // Only what this replay made is ours to remove: without its CREATE
+                    // record (covered by a DONE), the create was withdrawn, never applied,
+                    // and whatever the name holds is someone else's.
+                    continue;
+                }
+                let (parent, name) = split(path);
                 let n = OsStr::from_bytes(name);
                 let pnode = match super::replay::open_by_path(store, parent) {
                     Ok((pnode, _)) => pnode,
@@ -229,7 +338,11 @@ pub(crate) fn replay_ns<S: Store>(
         .done(NS_KEY.0, NS_KEY.1, last)
         .and_then(|_| journal.sync_all())
         .map_err(|e| format!("write-back journal: {e}"))?;
-    Ok(NsReplayed { refused, dropped })
+    Ok(NsReplayed {
+        refused,
+        dropped,
+        moved,
+    })
 }
 
 #[cfg(test)]
@@ -288,6 +401,27 @@ mod tests {
         let (journal, _) =
             Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
         std::fs::write(back.join("a/someone-elses"), b"x").unwrap();
+        let create_file = |parent: &str, name: &str| NsOp::Create {
+            parent: parent.as_bytes().to_vec(),
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::File,
+            mode: 0o600,
+            owner: None,
+            target: Vec::new(),
+        };
+        let chmod = |path: &str, mode: u32| NsOp::SetAttr {
+            path: path.as_bytes().to_vec(),
+            mode: Some(mode),
+            uid: None,
+            gid: None,
+            atime: None,
+            mtime: None,
+        };
+        let rename = |from: &str, to: &str, prov| NsOp::Rename {
+            from: from.as_bytes().to_vec(),
+            to: to.as_bytes().to_vec(),
+            prov,
+        };
         let unlink = |path: &str, kind, prov| NsOp::Unlink {
             path: path.as_bytes().to_vec(),
             kind,
@@ -313,9 +447,23 @@ mod tests {
             symlink_record(6, "a", "gone", "t"),
             record(7, unlink("a/gone", FileKind::Symlink, 6)),
             // Its create is not pending (covered by a DONE, never made): the name holds
-            // someone else's file, which stays.
+            // someone else's file, which stays, even an empty one, or a symlink.
             record(8, unlink("a/someone-elses", FileKind::File, 3)),
+            // An atomic save: made as a/.f.tmp, chmodded, renamed to a/f, then again.
+            record(9, create_file("a", ".f.tmp")),
+            record(10, chmod("a/.f.tmp", 0o640)),
+            record(11, rename("a/.f.tmp", "a/f", 9)),
+            record(12, rename("a/f", "a/g", 9)),
+            // Its create applied before the crash, already under the new name (the create
+            // was rewritten): the rename finds nothing to move, the chmod recorded under the
+            // old name follows it.
+            record(13, chmod("a/.h.tmp", 0o600)),
+            record(14, rename("a/.h.tmp", "a/h", 100)),
+            record(15, unlink("a/empty-of-someone", FileKind::File, 101)),
+            record(16, unlink("a/theirs", FileKind::Symlink, 102)),
         ];
+        std::fs::write(back.join("a/h"), b"").unwrap();
+        std::fs::write(back.join("a/empty-of-someone"), b"").unwrap();
         // In the journal as the daemon appended them (their seqs are the ones above).
         for p in &pending {
             let seq = journal
@@ -335,7 +483,22 @@ mod tests {
         assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
         assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
         assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
-        assert_eq!(r.dropped, vec![4, 6, 3]);
+        assert_eq!(r.dropped, vec![4, 6, 3, 101, 102]);
+        assert!(back.join("a/empty-of-someone").exists());
+        assert_eq!(link_of(&back.join("a/theirs")), "other");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| {
+            std::fs::metadata(back.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert!(!back.join("a/.f.tmp").exists() && !back.join("a/f").exists());
+        assert_eq!(mode("a/g"), 0o640);
+        assert_eq!(mode("a/h"), 0o600);
+        assert_eq!(r.moved.get(&9).map(|p| &p[..]), Some(&b"a/g"[..]));
+        assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"a/h"[..]));
         journal.shutdown();
     }
 

@@ -136,7 +136,12 @@ fn replay_pending<S: Store>(
         by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
     }
     for ((dev, ino), writes) in by_file {
-        let path = &writes[writes.len() - 1].file.path;
+        // A provisional file made or renamed by a pending namespace record is where that
+        // record put it (the path of its last write may be older: `ns_rename`).
+        let path = match ns.moved.get(&ino) {
+            Some(p) if dev == crate::namespace::PROV_DEV => p,
+            _ => &writes[writes.len() - 1].file.path,
+        };
         let shown = String::from_utf8_lossy(path).into_owned();
         // With inode identities the path must still hold that inode (journals of tierfs
         // before identities had the device number in `dev`: not compared). With path

@@ -1,0 +1,155 @@
+//! A deferred rename (see `ns`): a file or symlink that write-back made, whose create the
+//! namespace flusher has not taken yet, renamed within its directory. This is how editors,
+//! compilers and package tools save a file (`x.tmp` written, then renamed over to `x`), and
+//! each such rename used to wait for every name deferred before it to reach the store.
+//!
+//! The queued create is rewritten to make the new name, so the store never has the old one
+//! (nothing to hide in its listings meanwhile). For replay, three things are journaled, in
+//! this order, while the file's writers are held off:
+//!
+//! 1. if the file has dirty data, an empty DATA record under the new path: replay names a
+//!    file's writes by the path of its last record, and after the rename's DONE the records
+//!    written before it (under the old path) may still be pending;
+//! 2. the RENAME record (with the seq of the create), which replay applies to the file its
+//!    CREATE record made under the old name, and which names the file's data for replay
+//!    while it is pending;
+//! 3. a no-op job in the queue, so the DONE moves over the record once the create is applied.
+//!
+//! A crash between 1 and 2 leaves a journal whose CREATE (still pending: its DONE could only
+//! come later) names the old path, which replay then gives the data (`ns_replay`).
+
+use super::ns_queue::Job;
+use super::ns_record::NsOp;
+use super::Writeback;
+use crate::inode::Inode;
+use crate::meta::NameLookup;
+use crate::namespace::ProvLookup;
+use crate::shared::St;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_cache::journal::{FileRef, Record};
+use tierfs_store::{Attr, FileKind, Store};
+
+impl<S: Store> Writeback<S> {
+    /// Renames provisional object `name` of directory `p` to `newname` in the same directory
+    /// without the store, or None: not such a rename (it is done on the store, after
+    /// [`Writeback::drain_ns`]). Only when the new name is free (what a deferred create asks
+    /// of a name) and `flags` asks at most RENAME_NOREPLACE.
+    pub(crate) fn rename_deferred(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Option<()> {
+        if !self.defers_namespace()
+            || flags & !libc::RENAME_NOREPLACE != 0
+            || newname.len() > libc::NAME_MAX as usize
+            || newname == name
+        {
+            return None;
+        }
+        let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
+            return None;
+        };
+        if attr.kind == FileKind::Dir {
+            return None;
+        }
+        match self.ns.prov.lookup(p.id(), newname) {
+            ProvLookup::Found(..) => return None,
+            ProvLookup::Absent => {}
+            ProvLookup::NotHere => {
+                if !matches!(self.ns.meta.lookup(p.id(), newname), NameLookup::Absent) {
+                    return None;
+                }
+            }
+        }
+        let id = inode.id();
+        let from = self.backing_path(&inode)?;
+        let mut to = self.backing_path(p)?;
+        if !to.is_empty() {
+            to.push(b'/');
+        }
+        to.extend_from_slice(newname.as_bytes());
+        let mut q = self.nsq.q.lock();
+        // Its create must still be queued: once the flusher has it, it may be on the store
+        // under the old name.
+        let create = q.iter().position(
+            |j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id),
+        )?;
+        // Writers of the file wait: a write between the records below would be journaled
+        // under a path that is not the file's at that point of the journal.
+        let st = inode.file.clone();
+        let _w = st.as_ref().map(|st| st.rw.write());
+        let mut dirty = st.as_ref().map(|st| st.dirty.lock());
+        let marker = |path: &[u8]| -> Option<u64> {
+            let st = st.as_ref()?;
+            let file = FileRef {
+                dev: st.journal_key.0,
+                ino: st.journal_key.1,
+                path: path.to_vec(),
+            };
+            self.journal.append_data(&file, 0, &[]).ok()
+        };
+        if let Some(Some(d)) = dirty.as_deref_mut() {
+            let m = marker(&to)?;
+            d.path = to.clone();
+            d.max_seq = d.max_seq.max(m);
+        }
+        let op = NsOp::Rename {
+            from: from.clone(),
+            to,
+            prov: id.1,
+        };
+        let seq = match self.journal.append(Record::Ns {
+            payload: &op.encode(),
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("write-back: rename not journaled ({e}): done on the store");
+                if let Some(Some(d)) = dirty.as_deref_mut() {
+                    // Its data is named by the old path again.
+                    if let Some(m) = marker(&from) {
+                        d.path = from;
+                        d.max_seq = d.max_seq.max(m);
+                    }
+                }
+                return None;
+            }
+        };
+        if let Job::Create { name: n, .. } = &mut q[create] {
+            *n = newname.to_owned();
+        }
+        self.ns.prov.rename(id, newname);
+        inode.moved_to(p.clone(), newname);
+        drop(dirty);
+        drop(_w);
+        // The directory and the object as the application now sees them: times moved.
+        let now = tierfs_store::TimeSpec::now();
+        let touch = |a: &mut Attr| {
+            a.mtime = now;
+            a.ctime = now;
+        };
+        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&p.id()) {
+            touch(a);
+        }
+        self.ns.prov.update_attr(p.id(), touch);
+        self.ns.prov.update_attr(id, |a| a.ctime = now);
+        q.push_back(Job::Renamed {
+            seq,
+            inode,
+            at: Instant::now(),
+        });
+        self.nsq.appended.store(seq, Relaxed);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
+        drop(q);
+        if first {
+            self.nsq.wake.notify_one();
+        }
+        Some(())
+    }
+}
