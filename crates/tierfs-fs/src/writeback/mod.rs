@@ -15,6 +15,7 @@ mod config;
 
 mod flush;
 mod ns;
+mod ns_apply;
 mod ns_defer;
 mod ns_fold;
 mod ns_lost;

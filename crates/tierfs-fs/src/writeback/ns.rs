@@ -1,24 +1,24 @@
 //! Write-back of namespace operations (`writeback.namespace=back`, docs/writeback.md,
-//! "Namespace write-back"): a create, mkdir or setattr of a new object is checked locally,
-//! appended to the journal as an NS record, made a provisional object
-//! (`namespace::provisional`) and acknowledged. One namespace flusher applies the records
-//! to the store in journal order, a group at a time: each directory that got names in a
-//! group is synced once, then one DONE covers the group. Only then are the objects it made
-//! published (their inodes take the store's identity and node), so a file's data is never
-//! marked done in the journal before the record that created it.
+//! "Namespace write-back"): a create, mkdir, symlink or setattr of a new object, and an
+//! unlink or a rename of one not sent yet, is checked locally, appended to the journal as an
+//! NS record, applied to the provisional objects (`namespace::provisional`) and
+//! acknowledged. One namespace flusher takes the records in journal order, a group at a
+//! time, and applies them (`ns_apply`), those that do not depend on each other at once
+//! (`ns_order`): each directory that got names in a group is synced once, then one DONE
+//! covers the group. Only then are the objects it made published (their inodes take the
+//! store's identity and node), so a file's data is never marked done in the journal before
+//! the record that created it.
 //!
 //! Why journal order is enough: the application made the operations in that order, so a
-//! directory comes before what is in it, and an operation that is not deferred (rename,
-//! unlink, a create where the cache cannot tell the name is free) waits for the flusher
-//! first (`drain`).
+//! directory comes before what is in it, and an operation that is not deferred (most
+//! renames and unlinks, a create where the cache cannot tell the name is free) waits for
+//! the flusher first (`drain`).
 
+use super::ns_apply::{Applying, Made};
 use super::ns_fold::FoldOut;
 use super::ns_order::OrderIn;
 use super::ns_queue::{Job, GROUP_MAX};
 
-/// Create handles the namespace flusher keeps for the data flusher at most (each is an open
-/// descriptor; see `apply`).
-const HELD_MAX: usize = 256;
 /// Objects made on the store and not yet published that the namespace flusher keeps at most
 /// before it publishes directories with creates still queued in them (see `publish`): each
 /// holds a descriptor, so as many as the inode table keeps nodes of files (4,096, fewer
@@ -29,65 +29,15 @@ fn kept_max() -> usize {
 }
 use super::Writeback;
 use crate::identity::Ident;
-use crate::inode::Inode;
 use crate::meta::ident;
 use crate::namespace::is_provisional;
-use crate::shared::{Node, St};
+use crate::shared::Node;
 use parking_lot::Mutex;
-use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicBool, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
-use tierfs_store::{Attr, Errno, FileKind, Result, Store};
-
-/// What a group's operations made and touched, shared by those applied at once.
-struct Applying<S: Store> {
-    made: Vec<(Ident, Made<S>)>,
-    /// The directories that got names, each synced once before the group's DONE.
-    dirs: Vec<(Ident, Node<S>)>,
-}
-
-impl<S: Store> Applying<S> {
-    fn sync_dir(&mut self, id: Ident, node: Node<S>) {
-        if !self.dirs.iter().any(|(d, _)| *d == id) {
-            self.dirs.push((id, node));
-        }
-    }
-}
-
-/// What the namespace flusher made on the store and has not published yet.
-struct Made<S: Store> {
-    inode: Arc<Inode<St<S>>>,
-    parent: Arc<Inode<St<S>>>,
-    name: OsString,
-    node: Node<S>,
-    attr: Attr,
-    /// The node of its directory, synced before the group's DONE.
-    dir: Node<S>,
-}
-
-/// Errors after which the store may well succeed later: the operation is retried.
-fn transient(e: Errno) -> bool {
-    [
-        libc::EIO,
-        libc::ENOTCONN,
-        libc::ETIMEDOUT,
-        libc::EAGAIN,
-        libc::EINTR,
-        libc::ENOSPC,
-        libc::EDQUOT,
-        libc::ENOMEM,
-        // Out of descriptors (ours or the system's): the same create succeeds once some are
-        // closed. Taken for a refusal, it sent every file made in the meantime to `lost/`
-        // (the mixed benchmark in write-back, 46,640 of them).
-        libc::EMFILE,
-        libc::ENFILE,
-        libc::EBUSY,
-        libc::ESHUTDOWN,
-    ]
-    .contains(&e.0)
-}
+use tierfs_store::{FileKind, Store};
 
 impl<S: Store> Writeback<S> {
     pub(crate) fn spawn_ns_flusher(self: &Arc<Self>) -> std::io::Result<()> {
@@ -125,6 +75,23 @@ impl<S: Store> Writeback<S> {
                 b
             };
             let t = Instant::now();
+            // The records in the journal before the store gets what they say: the store
+            // must never hold a change a replay would not know of (a create made under the
+            // name a deferred rename gave it, with the RENAME record lost, would leave the
+            // new name empty beside the old one with the data).
+            let last = batch.last().map_or(0, |j| j.seq());
+            if let Err(e) = wb.journal.sync(last) {
+                tracing::error!("write-back journal: {e}");
+                let mut q = wb.nsq.q.lock();
+                for j in batch.into_iter().rev() {
+                    q.push_front(j);
+                }
+                drop(q);
+                *wb.nsq.in_flight.lock() = (0, None);
+                drop(wb);
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
             let (done_upto, rest) = wb.apply_group(batch, &mut made);
             if !rest.is_empty() {
                 // Put back in front, in order: nothing after a failed operation goes first.
@@ -312,233 +279,6 @@ impl<S: Store> Writeback<S> {
         done.iter()
             .position(|d| !d.load(Relaxed))
             .unwrap_or(batch.len())
-    }
-
-    /// [`Self::apply`], its failure logged and counted: false if it failed.
-    fn apply_logged(&self, job: &Job<S>, how: &FoldOut, state: &Mutex<Applying<S>>) -> bool {
-        match self.apply(job, how, state) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(
-                    "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
-                );
-                self.c.ns_errors.fetch_add(1, Relaxed);
-                false
-            }
-        }
-    }
-
-    fn parent_node(
-        &self,
-        parent: &Arc<Inode<St<S>>>,
-        state: &Mutex<Applying<S>>,
-    ) -> Result<Node<S>> {
-        let pid = parent.id();
-        let made = state
-            .lock()
-            .made
-            .iter()
-            .rev()
-            .find(|(id, _)| *id == pid)
-            .map(|(_, m)| m.node.clone());
-        match made {
-            Some(n) => Ok(n),
-            None => self.ns.node(parent),
-        }
-    }
-
-    /// Applies one operation. Err: the store may do it later (it is gone, full, failing;
-    /// see `transient`): the group stops there and the rest waits. A refusal for good is
-    /// Ok (the object is refused, see `refuse`). Runs beside the other operations of its
-    /// level (see `apply_by_level`): `state` is locked only between store requests.
-    fn apply(
-        &self,
-        job: &Job<S>,
-        how: &FoldOut,
-        state: &Mutex<Applying<S>>,
-    ) -> std::result::Result<(), Errno> {
-        match job {
-            Job::Create {
-                inode,
-                parent,
-                name,
-                kind,
-                owner,
-                target,
-                ..
-            } => {
-                // With the setattrs after it folded in (`ns_fold`).
-                let FoldOut::Create { mode } = how else {
-                    unreachable!("a create's plan is a create")
-                };
-                let prov = inode.id();
-                // Made (or refused) by an earlier try of this group, whose directory sync
-                // failed: its directory is synced again.
-                {
-                    let mut st = state.lock();
-                    let again = st
-                        .made
-                        .iter()
-                        .find(|(id, _)| *id == prov)
-                        .map(|(_, m)| (m.parent.id(), m.dir.clone()));
-                    if let Some((pid, dir)) = again {
-                        st.sync_dir(pid, dir);
-                        return Ok(());
-                    }
-                }
-                if self.ns.prov.failure(prov).is_some() {
-                    return Ok(());
-                }
-                let pnode = match self.parent_node(parent, state) {
-                    Ok(n) => n,
-                    Err(e) if transient(e) => return Err(e),
-                    Err(e) => {
-                        self.refuse(prov, name, e);
-                        return Ok(());
-                    }
-                };
-                let r = match (kind, target) {
-                    (FileKind::Dir, _) => self.sh.store.mkdir(&pnode, name, *mode, *owner),
-                    (FileKind::Symlink, Some(t)) => self.sh.store.symlink(&pnode, name, t, *owner),
-                    (FileKind::Symlink, None) => Err(Errno(libc::EINVAL)),
-                    _ => self
-                        .sh
-                        .store
-                        .create(
-                            &pnode,
-                            name,
-                            *mode,
-                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-                            *owner,
-                        )
-                        .map(|(node, attr, h)| {
-                            // The data flusher writes with the create's handle: one open
-                            // less, and one that works after a chmod to read-only. Each is
-                            // an open descriptor until that flush: past `HELD_MAX` (a
-                            // backlog of creates ahead of the data flushes, 20,000 in the
-                            // mixed benchmark, where the daemon ran out of descriptors)
-                            // the data flusher opens the file itself, unless only this
-                            // handle may write it (made read-only, and we are not root).
-                            if let Some(st) = &inode.file {
-                                let only_way = !self.ns.as_root() && *mode & 0o200 == 0;
-                                let mut held = self.held.lock();
-                                if st.has_dirty.load(Acquire) && (only_way || held.len() < HELD_MAX)
-                                {
-                                    held.insert(st.journal_key, h);
-                                }
-                            }
-                            (node, attr)
-                        }),
-                };
-                tracing::debug!(
-                    "namespace flusher: create {name:?} (seq {}) in inode {}: {:?}",
-                    job.seq(),
-                    parent.ino,
-                    r.as_ref().map(|(_, a)| (a.dev, a.ino)).map_err(|e| *e)
-                );
-                match r {
-                    Ok((node, attr)) => {
-                        let mut st = state.lock();
-                        st.sync_dir(parent.id(), pnode.clone());
-                        st.made.push((
-                            prov,
-                            Made {
-                                inode: inode.clone(),
-                                parent: parent.clone(),
-                                name: name.clone(),
-                                node,
-                                attr,
-                                dir: pnode,
-                            },
-                        ));
-                        self.c.ns_applied.fetch_add(1, Relaxed);
-                        Ok(())
-                    }
-                    Err(e) if transient(e) => Err(e),
-                    Err(e) => {
-                        self.refuse(prov, name, e);
-                        Ok(())
-                    }
-                }
-            }
-            Job::Drop { inode, .. } => {
-                // Never made: nothing for the store to do, nor anything left to wait for it.
-                self.ns.prov.forget_failure(inode.id());
-                self.c.ns_applied.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            Job::Renamed { .. } => {
-                // Made under its new name: nothing for the store to do.
-                self.c.ns_applied.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            Job::SetAttr { inode, .. } => {
-                let FoldOut::SetAttr(rest) = how else {
-                    unreachable!("a setattr's plan is a setattr")
-                };
-                let Some(set) = rest else {
-                    // Folded into its create, or done by the data flush (`ns_fold`).
-                    self.c.ns_applied.fetch_add(1, Relaxed);
-                    return Ok(());
-                };
-                let id = inode.id();
-                let pending = state
-                    .lock()
-                    .made
-                    .iter()
-                    .rev()
-                    .find(|(p, _)| *p == id)
-                    .map(|(_, m)| m.node.clone());
-                let r = match pending {
-                    Some(node) => self.sh.store.setattr(&node, None, set).map(|a| {
-                        let mut st = state.lock();
-                        if let Some((_, m)) = st.made.iter_mut().rev().find(|(p, _)| *p == id) {
-                            m.attr = a;
-                        }
-                    }),
-                    None => match self.ns.node(inode) {
-                        Ok(node) => self.sh.store.setattr(&node, None, set).map(|a| {
-                            self.ns.meta.put_attr(&a, Instant::now());
-                            if let Some(st) = &inode.file {
-                                let _w = st.rw.write();
-                                st.set_after_own_write(st.version().gen, &a);
-                            }
-                        }),
-                        Err(e) => Err(e),
-                    },
-                };
-                match r {
-                    Ok(()) => {
-                        self.c.ns_applied.fetch_add(1, Relaxed);
-                        Ok(())
-                    }
-                    Err(e) if transient(e) => Err(e),
-                    Err(e) => {
-                        // The object is gone (refused, or removed behind our back): nothing
-                        // to set.
-                        tracing::warn!(
-                            "write-back: a deferred setattr of {:?} was not applied: {e}",
-                            inode.ino
-                        );
-                        self.c.ns_conflicts.fetch_add(1, Relaxed);
-                        Ok(())
-                    }
-                }
-            }
-        }
-    }
-
-    /// The store refused to make provisional object `prov` (someone made the name first,
-    /// or its directory went away): never put over theirs. Its data goes to the lost
-    /// directory when the data flusher comes to it (`flush_refused`).
-    fn refuse(&self, prov: Ident, name: &OsStr, e: Errno) {
-        tracing::error!(
-            "write-back: {:?} could not be created on the store ({e}); its data, if any, is kept under {}/lost/",
-            name,
-            self.dir.display()
-        );
-        self.c.ns_conflicts.fetch_add(1, Relaxed);
-        self.ns.prov.refused(prov, e);
     }
 
     /// Publishes what the flusher made, in journal order: an object takes the store's

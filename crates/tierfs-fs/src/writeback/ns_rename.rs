@@ -111,11 +111,13 @@ impl<S: Store> Writeback<S> {
             Err(e) => {
                 tracing::debug!("write-back: rename not journaled ({e}): done on the store");
                 if let Some(Some(d)) = dirty.as_deref_mut() {
-                    // Its data is named by the old path again.
+                    // Its data is named by the old path again (the next write journals it
+                    // so, if this fails too; the rename done on the store then flushes the
+                    // data first).
                     if let Some(m) = marker(&from) {
-                        d.path = from;
                         d.max_seq = d.max_seq.max(m);
                     }
+                    d.path = from;
                 }
                 return None;
             }

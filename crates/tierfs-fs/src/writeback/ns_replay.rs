@@ -13,10 +13,11 @@
 //!   symlink), and the file's data records are dropped: it was unlinked before it reached
 //!   the store. Without its CREATE record (covered by a DONE, and withdrawn: never applied)
 //!   whatever the name holds is someone else's and stays.
-//! - A rename moves what its create made in this replay; without its CREATE record the
-//!   create was applied under the new name (`ns_rename`). Setattrs recorded under the old
-//!   name follow it. Data records of the file go to where the last pending CREATE or RENAME
-//!   put it.
+//! - A create is made under the last name the pending renames of it give it: a deferred
+//!   rename rewrote the queued create (`ns_rename`), so the flusher made it there too, and
+//!   the name it had may be another object's by now. A rename then has nothing left to do.
+//!   Setattrs recorded under an earlier name follow it. Data records of the file go to where
+//!   the last pending CREATE or RENAME put it.
 //! - A store that fails (gone, full) fails the mount, as for data records: nothing is lost,
 //!   the next mount tries again.
 
@@ -48,6 +49,9 @@ fn under(path: &[u8], r: &[u8]) -> bool {
 pub(crate) struct NsReplayed {
     /// The paths of the objects the store refused: their data records go to `lost/`.
     pub refused: Vec<Vec<u8>>,
+    /// The same for provisional files, by the seq of their CREATE (a refused path may be
+    /// another file's later: names freed by deferred renames and unlinks are used again).
+    pub refused_prov: Vec<u64>,
     /// Provisional files unlinked before they reached the store (by the seq of their
     /// CREATE, their journal key's inode part): their data records are dropped.
     pub dropped: Vec<u64>,
@@ -76,26 +80,56 @@ pub(crate) fn replay_ns<S: Store>(
     // Provisional objects this replay made from their CREATE records (by its seq).
     let mut made_now: rustc_hash::FxHashSet<u64> = Default::default();
     let mut dirs: Vec<Vec<u8>> = Vec::new();
-    // The pending renames, for a setattr recorded under the name a file had before one: the
-    // create it follows may have made the new name already (see `ns_rename`).
-    let renames: Vec<(u64, Vec<u8>, Vec<u8>)> = pending
+    let mut refused_prov: Vec<u64> = Vec::new();
+    // What the pending records do to names, in journal order: a deferred rename rewrote the
+    // create of what it renamed (`ns_rename`), so the flusher made the object under its
+    // last name, and so does this replay; a setattr recorded under an earlier name follows.
+    enum Naming {
+        Renamed {
+            from: Vec<u8>,
+            to: Vec<u8>,
+            prov: u64,
+        },
+        Other(Vec<u8>),
+    }
+    let naming: Vec<(u64, Naming)> = pending
         .iter()
-        .filter_map(|p| match NsOp::decode(&p.payload) {
-            Ok(NsOp::Rename { from, to, .. }) => Some((p.seq, from, to)),
-            _ => None,
+        .filter_map(|p| {
+            let n = match NsOp::decode(&p.payload).ok()? {
+                NsOp::Rename { from, to, prov } => Naming::Renamed { from, to, prov },
+                NsOp::Unlink { path, .. } => Naming::Other(path),
+                NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name)),
+                NsOp::SetAttr { .. } => return None,
+            };
+            Some((p.seq, n))
         })
         .collect();
+    // The name the object called `path` after record `seq` has at the end of the pending
+    // renames, if they moved it (until an unlink or create of the name it has, which says
+    // the object went or the name is another's).
     let renamed_to = |seq: u64, path: &[u8]| -> Option<Vec<u8>> {
         let mut cur = path.to_vec();
         let mut found = false;
-        for (s, from, to) in &renames {
-            if *s > seq && *from == cur {
-                cur = to.clone();
-                found = true;
+        for (s, n) in naming.iter().filter(|(s, _)| *s > seq) {
+            let _ = s;
+            match n {
+                Naming::Renamed { from, to, .. } if *from == cur => {
+                    cur = to.clone();
+                    found = true;
+                }
+                Naming::Other(p) if *p == cur => break,
+                _ => {}
             }
         }
         found.then_some(cur)
     };
+    // The last name a provisional object's pending renames give it, by its CREATE's seq.
+    let mut last_name: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
+    for (_, n) in &naming {
+        if let Naming::Renamed { to, prov, .. } = n {
+            last_name.insert(*prov, to.clone());
+        }
+    }
     let Some(last) = pending.last().map(|p| p.seq) else {
         return Ok(NsReplayed::default());
     };
@@ -130,9 +164,17 @@ pub(crate) fn replay_ns<S: Store>(
                 owner,
                 target,
             } => {
-                let path = join(parent, name);
+                // Made under the last name its pending renames give it, as the flusher
+                // made it (the renames are in the same directory).
+                let path = last_name
+                    .get(&p.seq)
+                    .cloned()
+                    .unwrap_or_else(|| join(parent, name));
+                let name = split(&path).1.to_vec();
+                let name = &name;
                 if refused.iter().any(|r| under(parent, r)) {
                     refused.push(path);
+                    refused_prov.push(p.seq);
                     continue;
                 }
                 let pnode = match super::replay::open_by_path(store, parent) {
@@ -144,6 +186,7 @@ pub(crate) fn replay_ns<S: Store>(
                         );
                         c.ns_conflicts.fetch_add(1, Relaxed);
                         refused.push(path);
+                        refused_prov.push(p.seq);
                         continue;
                     }
                     Err(e) => return Err(fail("looking up", parent, e)),
@@ -185,12 +228,14 @@ pub(crate) fn replay_ns<S: Store>(
                             );
                             c.ns_conflicts.fetch_add(1, Relaxed);
                             refused.push(path);
+                            refused_prov.push(p.seq);
                             continue;
                         }
                     }
                     Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => {
                         c.ns_conflicts.fetch_add(1, Relaxed);
                         refused.push(path);
+                        refused_prov.push(p.seq);
                         continue;
                     }
                     Err(e) => return Err(fail("creating", &path, e)),
@@ -206,12 +251,11 @@ pub(crate) fn replay_ns<S: Store>(
                     continue;
                 }
                 let Some(set) = op.set_attr() else { continue };
-                let found = match super::replay::open_by_path(store, path) {
-                    Err(e) if e == Errno::ENOENT => match renamed_to(p.seq, path) {
-                        Some(to) => super::replay::open_by_path(store, &to),
-                        None => Err(e),
-                    },
-                    r => r,
+                // Recorded under a name the object left by a deferred rename: it is under the
+                // last one (whatever holds the old name now is another object).
+                let found = match renamed_to(p.seq, path) {
+                    Some(to) => super::replay::open_by_path(store, &to),
+                    None => super::replay::open_by_path(store, path),
                 };
                 match found {
                     Ok((node, _)) => match store.setattr(&node, None, &set) {
@@ -228,62 +272,11 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", path, e)),
                 }
             }
-            NsOp::Rename { from, to, prov } => {
-                if refused.iter().any(|r| under(from, r)) {
-                    refused.push(to.clone());
-                    continue;
-                }
-                moved.insert(*prov, to.clone());
-                if !made_now.contains(prov) {
-                    // Its create was applied before the crash, under the new name.
-                    continue;
-                }
-                // Made by this replay under its old name: moved to the new one.
-                let ((fp, fname), (tp, tname)) = (split(from), split(to));
-                let (fname, tname) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
-                let dir = |d: &[u8]| super::replay::open_by_path(store, d).map(|(n, _)| n);
-                let (fnode, tnode) = match (dir(fp), dir(tp)) {
-                    (Ok(f), Ok(t)) => (f, t),
-                    (Err(e), _) | (_, Err(e))
-                        if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) =>
-                    {
-                        c.ns_conflicts.fetch_add(1, Relaxed);
-                        refused.push(to.clone());
-                        continue;
-                    }
-                    (Err(e), _) | (_, Err(e)) => return Err(fail("looking up", to, e)),
-                };
-                match store.rename(&fnode, fname, &tnode, tname, libc::RENAME_NOREPLACE) {
-                    Ok(()) => {}
-                    Err(e) if e == Errno(libc::EEXIST) => {
-                        // The new name is there: ours if it is what the create made before
-                        // the crash (empty: no data is flushed before the create's DONE).
-                        let ours = store.lookup(&tnode, tname).is_ok_and(|(_, a)| {
-                            a.kind == FileKind::Symlink || (a.kind == FileKind::File && a.size == 0)
-                        });
-                        if !ours {
-                            tracing::error!(
-                                "write-back replay: {} was created on the store by someone else before ours: theirs is kept, ours (its data) goes under lost/",
-                                String::from_utf8_lossy(to)
-                            );
-                            c.ns_conflicts.fetch_add(1, Relaxed);
-                            refused.push(to.clone());
-                        }
-                        // The copy this replay made under the old name goes.
-                        match store.unlink(&fnode, fname) {
-                            Ok(()) => {}
-                            Err(e) if e == Errno::ENOENT => {}
-                            Err(e) => return Err(fail("removing", from, e)),
-                        }
-                    }
-                    // Not there (not expected: this replay made it).
-                    Err(e) if e == Errno::ENOENT => continue,
-                    Err(e) => return Err(fail("renaming", from, e)),
-                }
-                for d in [fp, tp] {
-                    if !dirs.iter().any(|x| x == d) {
-                        dirs.push(d.to_vec());
-                    }
+            NsOp::Rename { to, prov, .. } => {
+                // Nothing to do on the store: its CREATE, if pending, made the object under
+                // its last name just now; if not, the flusher did before the crash.
+                if !refused_prov.contains(prov) {
+                    moved.insert(*prov, to.clone());
                 }
             }
             NsOp::Unlink { path, kind, prov } => {
@@ -340,6 +333,7 @@ pub(crate) fn replay_ns<S: Store>(
         .map_err(|e| format!("write-back journal: {e}"))?;
     Ok(NsReplayed {
         refused,
+        refused_prov,
         dropped,
         moved,
     })
@@ -461,7 +455,35 @@ mod tests {
             record(14, rename("a/.h.tmp", "a/h", 100)),
             record(15, unlink("a/empty-of-someone", FileKind::File, 101)),
             record(16, unlink("a/theirs", FileKind::Symlink, 102)),
+            // Saved as a/x (made there before the crash: the create was rewritten), then
+            // the old name used again for a directory with a file in it, also made before
+            // the crash: all ours, nothing refused.
+            record(17, create_file("a", "x.tmp")),
+            record(18, rename("a/x.tmp", "a/x", 17)),
+            record(
+                19,
+                NsOp::Create {
+                    parent: b"a".to_vec(),
+                    name: b"x.tmp".to_vec(),
+                    kind: FileKind::Dir,
+                    mode: 0o755,
+                    owner: None,
+                    target: Vec::new(),
+                },
+            ),
+            record(20, create_file("a/x.tmp", "f")),
+            // A chmod under the old name, the rename, and the old name made again: the chmod
+            // goes to the renamed file, not to the new one.
+            record(21, create_file("a", "y.tmp")),
+            record(22, chmod("a/y.tmp", 0o640)),
+            record(23, rename("a/y.tmp", "a/y", 21)),
+            record(24, create_file("a", "y.tmp")),
         ];
+        std::fs::write(back.join("a/x"), b"").unwrap();
+        std::fs::create_dir(back.join("a/x.tmp")).unwrap();
+        std::fs::write(back.join("a/x.tmp/f"), b"").unwrap();
+        std::fs::write(back.join("a/y"), b"").unwrap();
+        std::fs::write(back.join("a/y.tmp"), b"").unwrap();
         std::fs::write(back.join("a/h"), b"").unwrap();
         std::fs::write(back.join("a/empty-of-someone"), b"").unwrap();
         // In the journal as the daemon appended them (their seqs are the ones above).
@@ -494,6 +516,10 @@ mod tests {
                 .mode()
                 & 0o777
         };
+        assert_eq!(r.refused_prov, vec![3]);
+        assert!(back.join("a/x").is_file() && back.join("a/x.tmp/f").is_file());
+        assert_eq!(mode("a/y"), 0o640);
+        assert_eq!(r.moved.get(&17).map(|p| &p[..]), Some(&b"a/x"[..]));
         assert!(!back.join("a/.f.tmp").exists() && !back.join("a/f").exists());
         assert_eq!(mode("a/g"), 0o640);
         assert_eq!(mode("a/h"), 0o600);

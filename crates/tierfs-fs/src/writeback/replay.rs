@@ -158,7 +158,12 @@ fn replay_pending<S: Store>(
             continue;
         }
         let by_inode = store.identity_kind() == tierfs_store::Identity::Inode && !provisional;
-        let found = if ns.refused.iter().any(|r| r == path) {
+        let refused = if provisional {
+            ns.refused_prov.contains(&ino)
+        } else {
+            ns.refused.iter().any(|r| r == path)
+        };
+        let found = if refused {
             Err(Errno(libc::EEXIST))
         } else {
             open_by_path(store, path)

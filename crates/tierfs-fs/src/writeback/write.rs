@@ -145,7 +145,10 @@ impl<S: Store> Writeback<S> {
             let created = g.is_none();
             let d = g.get_or_insert_with(|| {
                 let v = st.version();
-                let mut d = Dirty::new(v.fp.size, path.clone());
+                // The path as it is now that writers are held off: a deferred rename
+                // (`ns_rename`) moves it under this lock.
+                let path = self.backing_path(&of.inode).unwrap_or_else(|| path.clone());
+                let mut d = Dirty::new(v.fp.size, path);
                 d.base = Some(v.fp);
                 d
             });
