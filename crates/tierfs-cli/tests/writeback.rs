@@ -1880,9 +1880,9 @@ fn symlinks_are_deferred_and_reach_the_store_whole() {
     });
 }
 
-/// Namespace write-back: a file (or symlink) made and unlinked before the namespace flusher
-/// took its create (configure's `conftest.c`, a build's temporaries) never reaches the
-/// store: the unlink waits for nothing, and neither the file nor its data is sent. An unlink
+/// Namespace write-back: a file (or symlink, or an emptied directory) made and removed
+/// before the namespace flusher took its create (configure's `conftest.c`, a build's
+/// temporaries) never reaches the store: the unlink waits for nothing, and neither the file nor its data is sent. An unlink
 /// of a file still open is done on the store as before (the open file outlives it). After
 /// `kill -9` the replay makes what the journal holds and removes the unlinked file again,
 /// dropping its data: nothing goes to `journal/lost/`.
@@ -1916,6 +1916,11 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
                 std::os::unix::fs::symlink("conftest.c", mnt.join(format!("d/l{k}"))).unwrap();
             }
             std::fs::write(mnt.join("d/keep"), b"kept").unwrap();
+            // A tree made and removed (`rm -rf`): its files' unlinks and its rmdir.
+            std::fs::create_dir(mnt.join("d/conftest.dir")).unwrap();
+            for f in ["a", "b"] {
+                std::fs::write(mnt.join("d/conftest.dir").join(f), b"x").unwrap();
+            }
             released();
             let (waits, drops) = (
                 stat("writeback.namespace.waits"),
@@ -1925,6 +1930,7 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
                 std::fs::remove_file(mnt.join(format!("d/conftest{k}.c"))).unwrap();
                 std::fs::remove_file(mnt.join(format!("d/l{k}"))).unwrap();
             }
+            std::fs::remove_dir_all(mnt.join("d/conftest.dir")).unwrap();
             let waited = stat("writeback.namespace.waits") - waits;
             let dropped = stat("writeback.namespace.dropped") - drops;
             let listed = names(&mnt.join("d"));
@@ -1952,8 +1958,8 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
     });
     assert_eq!(waited, 0, "an unlink waited for the namespace flusher");
     assert_eq!(
-        dropped, 40,
-        "files and symlinks withdrawn before the store had them"
+        dropped, 43,
+        "files, symlinks and a directory withdrawn before the store had them"
     );
     assert_eq!(listed, ["keep"]);
     assert_eq!(
@@ -1969,8 +1975,11 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
             std::fs::create_dir(mnt.join("e")).unwrap();
             std::fs::write(mnt.join("e/t1"), vec![b'1'; 100_000]).unwrap();
             std::fs::write(mnt.join("e/t2"), vec![b'2'; 100_000]).unwrap();
+            std::fs::create_dir(mnt.join("e/tmpd")).unwrap();
+            std::fs::write(mnt.join("e/tmpd/x"), vec![b'x'; 10_000]).unwrap();
             released();
             std::fs::remove_file(mnt.join("e/t1")).unwrap();
+            std::fs::remove_dir_all(mnt.join("e/tmpd")).unwrap();
             // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
             // the page cache).
             std::thread::sleep(Duration::from_millis(500));

@@ -110,6 +110,15 @@ impl<S: Store> Fs<S> {
             .is_some()
     }
 
+    /// An rmdir write-back takes without the store (see `Writeback::rmdir_deferred`).
+    pub(super) fn rmdir_deferred(&self, parent: u64, name: &OsStr) -> bool {
+        let Some(wb) = self.wb() else { return false };
+        let Ok(p) = self.ns.inode(parent) else {
+            return false;
+        };
+        wb.rmdir_deferred(&p, name).is_some()
+    }
+
     /// A rename write-back takes without the store (see `Writeback::rename_deferred`).
     pub(super) fn rename_deferred(
         &self,

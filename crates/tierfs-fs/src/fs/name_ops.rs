@@ -84,6 +84,10 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.rmdir_deferred(parent, name) {
+            self.names_changed(parent);
+            return Ok(());
+        }
         self.drain_ns()?;
         let r = self.ns.rmdir(parent, name);
         self.names_changed(parent);

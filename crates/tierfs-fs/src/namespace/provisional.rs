@@ -183,6 +183,15 @@ impl<T: Store> Provisional<T> {
         }
     }
 
+    /// Whether provisional directory `id` has no names in it (None: not provisional).
+    pub fn is_empty_dir(&self, id: Ident) -> Option<bool> {
+        self.inner
+            .lock()
+            .objs
+            .get(&id)
+            .map(|o| o.children.is_empty())
+    }
+
     /// The target of provisional symlink `id` (None: not a provisional symlink).
     pub fn target(&self, id: Ident) -> Option<OsString> {
         if !is_provisional(id) {

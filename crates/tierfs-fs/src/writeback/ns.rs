@@ -1,6 +1,6 @@
 //! Write-back of namespace operations (`writeback.namespace=back`, docs/writeback.md,
 //! "Namespace write-back"): a create, mkdir, symlink or setattr of a new object, and an
-//! unlink or a rename of one not sent yet, is checked locally, appended to the journal as an
+//! unlink, rmdir or rename of one not sent yet, is checked locally, appended to the journal as an
 //! NS record, applied to the provisional objects (`namespace::provisional`) and
 //! acknowledged. One namespace flusher takes the records in journal order, a group at a
 //! time, and applies them (`ns_apply`), those that do not depend on each other at once

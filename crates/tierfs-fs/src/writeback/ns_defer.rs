@@ -357,6 +357,82 @@ impl<S: Store> Writeback<S> {
         Some(())
     }
 
+    /// An rmdir of an empty directory write-back made and whose mkdir the namespace flusher
+    /// has not taken yet (`rm -rf` of a tree made just before: its files' unlinks were
+    /// deferred the same way): the mkdir is withdrawn like the create of an unlinked file
+    /// (see [`Writeback::unlink_deferred`]), journaled as an UNLINK of kind directory. None:
+    /// done on the store (which answers ENOTEMPTY and the like).
+    pub(crate) fn rmdir_deferred(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<()> {
+        if !self.defers_namespace() {
+            return None;
+        }
+        let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
+            return None;
+        };
+        let id = inode.id();
+        if attr.kind != FileKind::Dir || self.ns.prov.is_empty_dir(id) != Some(true) {
+            return None;
+        }
+        let path = self.backing_path(&inode)?;
+        let mut q = self.nsq.q.lock();
+        let (parent, reserved) = q.iter().find_map(|j| match j {
+            Job::Create {
+                inode: i,
+                parent,
+                reserved,
+                tried: false,
+                ..
+            } if i.id() == id => Some((parent.clone(), *reserved)),
+            _ => None,
+        })?;
+        // Nothing made in it may still be on its way (its names are all gone, so none is).
+        if q.iter()
+            .any(|j| matches!(j, Job::Create { parent: d, .. } if d.id() == id))
+        {
+            return None;
+        }
+        let op = NsOp::Unlink {
+            path,
+            kind: FileKind::Dir,
+            prov: id.1,
+        };
+        let seq = self
+            .journal
+            .append(Record::Ns {
+                payload: &op.encode(),
+            })
+            .ok()?;
+        q.retain(|j| j.inode().id() != id);
+        self.ns.prov.refused(id, Errno::ENOENT);
+        // Its directory as the application now sees it: one link fewer, times moved.
+        let now = tierfs_store::TimeSpec::now();
+        let gone = |a: &mut Attr| {
+            a.nlink = a.nlink.saturating_sub(1).max(2);
+            a.mtime = now;
+            a.ctime = now;
+        };
+        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&parent.id()) {
+            gone(a);
+        }
+        self.ns.prov.update_attr(parent.id(), gone);
+        q.push_back(Job::Drop {
+            seq,
+            inode,
+            parent,
+            reserved,
+            at: Instant::now(),
+        });
+        self.nsq.appended.store(seq, Relaxed);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        self.c.ns_dropped.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
+        drop(q);
+        if first {
+            self.nsq.wake.notify_one();
+        }
+        Some(())
+    }
+
     /// Drops a file's dirty data without writing it anywhere (it was unlinked before it
     /// reached the store) and records it done in the journal.
     fn drop_dirty(&self, i: &Arc<Inode<St<S>>>) {

@@ -10,7 +10,8 @@
 //! SETATTR (op 2) = path (u16 length, bytes) | mask u8 (1 mode, 2 uid, 4 gid, 8 atime, 16 mtime)
 //!                  | mode u32 | uid u32 | gid u32 | atime s i64 | atime ns u32 | mtime s i64
 //!                  | mtime ns u32
-//! UNLINK  (op 3) = path (u16 length, bytes) | kind u8 (1 file, 3 symlink) | prov u64 (the seq
+//! UNLINK  (op 3) = path (u16 length, bytes) | kind u8 (1 file, 2 directory: an rmdir,
+//!                  3 symlink) | prov u64 (the seq
 //!                  of the CREATE that made it: its data records are dropped at replay)
 //! RENAME  (op 4) = from path (u16 length, bytes) | to path (u16 length, bytes) | prov u64 (the
 //!                  seq of the CREATE that made it: its data records follow it at replay)
@@ -212,7 +213,11 @@ impl NsOp {
             NsOp::Unlink { path, kind, prov } => {
                 out.push(OP_UNLINK);
                 put_bytes(&mut out, path);
-                out.push(if *kind == FileKind::Symlink { 3 } else { 1 });
+                out.push(match kind {
+                    FileKind::Dir => 2,
+                    FileKind::Symlink => 3,
+                    _ => 1,
+                });
                 out.extend_from_slice(&prov.to_le_bytes());
             }
             NsOp::Rename { from, to, prov } => {
@@ -281,6 +286,7 @@ impl NsOp {
                 let path = r.bytes()?;
                 let kind = match r.u8()? {
                     1 => FileKind::File,
+                    2 => FileKind::Dir,
                     3 => FileKind::Symlink,
                     _ => return Err("namespace record: unknown kind"),
                 };
@@ -353,6 +359,11 @@ mod tests {
                 path: b"a/conftest.c".to_vec(),
                 kind: FileKind::File,
                 prov: 1 << 40,
+            },
+            NsOp::Unlink {
+                path: b"a/conftest.dir".to_vec(),
+                kind: FileKind::Dir,
+                prov: 5,
             },
             NsOp::Rename {
                 from: b"a/.f.tmp".to_vec(),

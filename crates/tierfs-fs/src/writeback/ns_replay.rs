@@ -297,6 +297,7 @@ pub(crate) fn replay_ns<S: Store>(
                 };
                 let ours = match store.lookup(&pnode, n) {
                     Ok((_, a)) if *kind == FileKind::Symlink => a.kind == FileKind::Symlink,
+                    Ok((_, a)) if *kind == FileKind::Dir => a.kind == FileKind::Dir,
                     Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
                     Err(e) if e == Errno::ENOENT => continue,
                     Err(e) => return Err(fail("looking up", path, e)),
@@ -308,9 +309,19 @@ pub(crate) fn replay_ns<S: Store>(
                     );
                     continue;
                 }
-                match store.unlink(&pnode, n) {
+                let r = match kind {
+                    FileKind::Dir => store.rmdir(&pnode, n),
+                    _ => store.unlink(&pnode, n),
+                };
+                match r {
                     Ok(()) => {}
                     Err(e) if e == Errno::ENOENT => {}
+                    Err(e) if e == Errno(libc::ENOTEMPTY) || e == Errno(libc::EEXIST) => {
+                        tracing::warn!(
+                            "write-back replay: {} has names in it that are not ours: left as it is",
+                            String::from_utf8_lossy(path)
+                        );
+                    }
                     Err(e) => return Err(fail("removing", path, e)),
                 }
                 if !dirs.iter().any(|d| d == parent) {
@@ -321,8 +332,13 @@ pub(crate) fn replay_ns<S: Store>(
         c.ns_replayed.fetch_add(1, Relaxed);
     }
     for d in &dirs {
-        let (node, _) =
-            super::replay::open_by_path(store, d).map_err(|e| fail("looking up", d, e))?;
+        let node = match super::replay::open_by_path(store, d) {
+            Ok((node, _)) => node,
+            // Removed by a later record (an rmdir of a tree made and removed): its parent,
+            // synced too, holds what is left of it.
+            Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => continue,
+            Err(e) => return Err(fail("looking up", d, e)),
+        };
         store
             .fsyncdir(&node, false)
             .map_err(|e| fail("syncing", d, e))?;
@@ -403,6 +419,14 @@ mod tests {
             owner: None,
             target: Vec::new(),
         };
+        let mkdir = |parent: &str, name: &str| NsOp::Create {
+            parent: parent.as_bytes().to_vec(),
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::Dir,
+            mode: 0o755,
+            owner: None,
+            target: Vec::new(),
+        };
         let chmod = |path: &str, mode: u32| NsOp::SetAttr {
             path: path.as_bytes().to_vec(),
             mode: Some(mode),
@@ -478,7 +502,15 @@ mod tests {
             record(22, chmod("a/y.tmp", 0o640)),
             record(23, rename("a/y.tmp", "a/y", 21)),
             record(24, create_file("a", "y.tmp")),
+            // Directories made and removed: an empty one goes; one someone else put a file
+            // in stays.
+            record(25, mkdir("a", "rd")),
+            record(26, unlink("a/rd", FileKind::Dir, 25)),
+            record(27, mkdir("a", "rd2")),
+            record(28, unlink("a/rd2", FileKind::Dir, 27)),
         ];
+        std::fs::create_dir(back.join("a/rd2")).unwrap();
+        std::fs::write(back.join("a/rd2/theirs"), b"t").unwrap();
         std::fs::write(back.join("a/x"), b"").unwrap();
         std::fs::create_dir(back.join("a/x.tmp")).unwrap();
         std::fs::write(back.join("a/x.tmp/f"), b"").unwrap();
@@ -505,7 +537,9 @@ mod tests {
         assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
         assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
         assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
-        assert_eq!(r.dropped, vec![4, 6, 3, 101, 102]);
+        assert_eq!(r.dropped, vec![4, 6, 3, 101, 102, 25, 27]);
+        assert!(!back.join("a/rd").exists());
+        assert!(back.join("a/rd2/theirs").exists());
         assert!(back.join("a/empty-of-someone").exists());
         assert_eq!(link_of(&back.join("a/theirs")), "other");
         use std::os::unix::fs::PermissionsExt;
