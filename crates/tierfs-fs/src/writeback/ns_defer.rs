@@ -20,6 +20,24 @@ use std::time::{Duration, Instant};
 use tierfs_cache::journal::Record;
 use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
+/// The directory and reserved bytes of the create of `id` if it is queued and the flusher
+/// never took it (once taken, even if put back, it may be on the store).
+fn untried_create<S: Store>(
+    q: &std::collections::VecDeque<Job<S>>,
+    id: Ident,
+) -> Option<(Arc<Inode<St<S>>>, u64)> {
+    q.iter().find_map(|j| match j {
+        Job::Create {
+            inode,
+            parent,
+            reserved,
+            tried: false,
+            ..
+        } if inode.id() == id => Some((parent.clone(), *reserved)),
+        _ => None,
+    })
+}
+
 impl<S: Store> Writeback<S> {
     /// Whether namespace operations are deferred: `writeback.namespace=back`, on a store
     /// that is not an object store (an S3 object is made by its upload, at close).
@@ -128,7 +146,7 @@ impl<S: Store> Writeback<S> {
         let payload = op.encode();
         // Appended and queued under one lock: the queue is in seq order, so a DONE up to a
         // seq never covers a record not yet queued.
-        let mut q = self.nsq.q.lock();
+        let q = self.nsq.q.lock();
         let seq = match self.journal.append(Record::Ns { payload: &payload }) {
             Ok(s) => s,
             Err(e) => {
@@ -161,28 +179,23 @@ impl<S: Store> Writeback<S> {
             self.nsq.dirs_shadowed.store(true, Relaxed);
         }
         self.ns.prov.update_attr(p.id(), bump);
-        q.push_back(Job::Create {
-            seq,
-            inode: inode.clone(),
-            parent: p.clone(),
-            name: name.to_owned(),
-            kind,
-            mode,
-            owner,
-            target: target.map(OsStr::to_owned),
-            new_owner: owner_new,
-            reserved,
-            tried: false,
-            at: Instant::now(),
-        });
-        self.nsq.appended.store(seq, Relaxed);
-        self.c.ns_deferred.fetch_add(1, Relaxed);
-        let first = q.len() == 1;
-        drop(q);
-        if first {
-            // Later ones do not wake it: it lets them gather (`gather_wait`).
-            self.nsq.wake.notify_one();
-        }
+        self.enqueue(
+            q,
+            Job::Create {
+                seq,
+                inode: inode.clone(),
+                parent: p.clone(),
+                name: name.to_owned(),
+                kind,
+                mode,
+                owner,
+                target: target.map(OsStr::to_owned),
+                new_owner: owner_new,
+                reserved,
+                tried: false,
+                at: Instant::now(),
+            },
+        );
         Ok(Some((inode, entry)))
     }
 
@@ -208,7 +221,7 @@ impl<S: Store> Writeback<S> {
         let payload = op.encode();
         // Under the queue's lock: the flusher publishes an object only when no job of it is
         // queued, so the attributes set here are the ones the object shows until then.
-        let mut q = self.nsq.q.lock();
+        let q = self.nsq.q.lock();
         let apply = |a: &mut Attr| {
             if let Some(m) = resolved.mode {
                 a.perm = (m & 0o7777) as u16;
@@ -240,19 +253,15 @@ impl<S: Store> Writeback<S> {
             drop(q);
             return Ok(None);
         };
-        q.push_back(Job::SetAttr {
-            seq,
-            inode: i.clone(),
-            set: resolved,
-            at: Instant::now(),
-        });
-        self.nsq.appended.store(seq, Relaxed);
-        self.c.ns_deferred.fetch_add(1, Relaxed);
-        let first = q.len() == 1;
-        drop(q);
-        if first {
-            self.nsq.wake.notify_one();
-        }
+        self.enqueue(
+            q,
+            Job::SetAttr {
+                seq,
+                inode: i.clone(),
+                set: resolved,
+                at: Instant::now(),
+            },
+        );
         Ok(Some(attr))
     }
 
@@ -286,16 +295,7 @@ impl<S: Store> Writeback<S> {
         let mut q = self.nsq.q.lock();
         // Its create must still be queued: once the flusher has taken it, it may be on the
         // store.
-        let (parent, reserved) = q.iter().find_map(|j| match j {
-            Job::Create {
-                inode: i,
-                parent,
-                reserved,
-                tried: false,
-                ..
-            } if i.id() == id => Some((parent.clone(), *reserved)),
-            _ => None,
-        })?;
+        let (parent, reserved) = untried_create(&q, id)?;
         // No open from here on (an open that comes now fails, as after the unlink); one
         // that came since the check above keeps the file.
         let st = inode.file.clone();
@@ -331,30 +331,47 @@ impl<S: Store> Writeback<S> {
         self.ns.prov.refused(id, Errno::ENOENT);
         // The directory as the application now sees it: its times moved.
         let now = tierfs_store::TimeSpec::now();
-        let touch = |a: &mut Attr| {
+        self.withdrawn(q, seq, inode, parent, reserved, |a| {
             a.mtime = now;
             a.ctime = now;
-        };
-        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&parent.id()) {
-            touch(a);
-        }
-        self.ns.prov.update_attr(parent.id(), touch);
-        q.push_back(Job::Drop {
-            seq,
-            inode,
-            parent,
-            reserved,
-            at: Instant::now(),
         });
-        self.nsq.appended.store(seq, Relaxed);
-        self.c.ns_deferred.fetch_add(1, Relaxed);
-        self.c.ns_dropped.fetch_add(1, Relaxed);
-        let first = q.len() == 1;
-        drop(q);
-        if first {
-            self.nsq.wake.notify_one();
-        }
         Some(())
+    }
+
+    /// Queues the DROP job of a create withdrawn by an unlink or rmdir (record `seq`), and
+    /// shows its directory changed by `change` meanwhile (in the shadow of a directory of
+    /// the store, or in a provisional one's attributes).
+    fn withdrawn(
+        &self,
+        q: parking_lot::MutexGuard<'_, std::collections::VecDeque<Job<S>>>,
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        reserved: u64,
+        change: impl Fn(&mut Attr),
+    ) {
+        self.dir_changed(parent.id(), change);
+        self.c.ns_dropped.fetch_add(1, Relaxed);
+        self.enqueue(
+            q,
+            Job::Drop {
+                seq,
+                inode,
+                parent,
+                reserved,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Directory `dir` as the application sees it, changed by a deferred operation: in its
+    /// shadow (a directory of the store with deferred names in it) and, for a provisional
+    /// one, in its attributes.
+    pub(super) fn dir_changed(&self, dir: Ident, change: impl Fn(&mut Attr)) {
+        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&dir) {
+            change(a);
+        }
+        self.ns.prov.update_attr(dir, change);
     }
 
     /// An rmdir of an empty directory write-back made and whose mkdir the namespace flusher
@@ -375,16 +392,7 @@ impl<S: Store> Writeback<S> {
         }
         let path = self.backing_path(&inode)?;
         let mut q = self.nsq.q.lock();
-        let (parent, reserved) = q.iter().find_map(|j| match j {
-            Job::Create {
-                inode: i,
-                parent,
-                reserved,
-                tried: false,
-                ..
-            } if i.id() == id => Some((parent.clone(), *reserved)),
-            _ => None,
-        })?;
+        let (parent, reserved) = untried_create(&q, id)?;
         // Nothing made in it may still be on its way (its names are all gone, so none is).
         if q.iter()
             .any(|j| matches!(j, Job::Create { parent: d, .. } if d.id() == id))
@@ -406,30 +414,11 @@ impl<S: Store> Writeback<S> {
         self.ns.prov.refused(id, Errno::ENOENT);
         // Its directory as the application now sees it: one link fewer, times moved.
         let now = tierfs_store::TimeSpec::now();
-        let gone = |a: &mut Attr| {
+        self.withdrawn(q, seq, inode, parent, reserved, |a| {
             a.nlink = a.nlink.saturating_sub(1).max(2);
             a.mtime = now;
             a.ctime = now;
-        };
-        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&parent.id()) {
-            gone(a);
-        }
-        self.ns.prov.update_attr(parent.id(), gone);
-        q.push_back(Job::Drop {
-            seq,
-            inode,
-            parent,
-            reserved,
-            at: Instant::now(),
         });
-        self.nsq.appended.store(seq, Relaxed);
-        self.c.ns_deferred.fetch_add(1, Relaxed);
-        self.c.ns_dropped.fetch_add(1, Relaxed);
-        let first = q.len() == 1;
-        drop(q);
-        if first {
-            self.nsq.wake.notify_one();
-        }
         Some(())
     }
 

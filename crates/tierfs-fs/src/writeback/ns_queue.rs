@@ -7,10 +7,10 @@ use crate::identity::Ident;
 use crate::inode::Inode;
 use crate::namespace::Entry;
 use crate::shared::St;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicU64, Ordering::Acquire};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tierfs_store::{Attr, FileKind, SetAttr, Store};
@@ -176,6 +176,20 @@ impl<S: Store> NsQueue<S> {
 }
 
 impl<S: Store> Writeback<S> {
+    /// Queues `job`, whose record the caller appended to the journal while holding `q` (so
+    /// the queue stays in journal order), and lets the queue go. Only the first of a burst
+    /// wakes the flusher: it lets the rest gather (`gather_wait`).
+    pub(super) fn enqueue(&self, mut q: MutexGuard<'_, VecDeque<Job<S>>>, job: Job<S>) {
+        self.nsq.appended.store(job.seq(), Relaxed);
+        q.push_back(job);
+        self.c.ns_deferred.fetch_add(1, Relaxed);
+        let first = q.len() == 1;
+        drop(q);
+        if first {
+            self.nsq.wake.notify_one();
+        }
+    }
+
     /// How long the flusher lets queued operations gather before it takes a group, None:
     /// take it now. While an untar or a build keeps creating, the flusher and the store it
     /// drives (its CPU, on a small machine) stay out of the application's way, and a group

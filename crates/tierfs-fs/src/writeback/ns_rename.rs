@@ -27,11 +27,10 @@ use crate::namespace::ProvLookup;
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::{FileRef, Record};
-use tierfs_store::{Attr, FileKind, Store};
+use tierfs_store::{FileKind, Store};
 
 impl<S: Store> Writeback<S> {
     /// Renames provisional object `name` of directory `p` to `newname` in the same directory
@@ -131,27 +130,19 @@ impl<S: Store> Writeback<S> {
         drop(_w);
         // The directory and the object as the application now sees them: times moved.
         let now = tierfs_store::TimeSpec::now();
-        let touch = |a: &mut Attr| {
+        self.dir_changed(p.id(), |a| {
             a.mtime = now;
             a.ctime = now;
-        };
-        if let Some((_, a)) = self.nsq.dirs.lock().get_mut(&p.id()) {
-            touch(a);
-        }
-        self.ns.prov.update_attr(p.id(), touch);
-        self.ns.prov.update_attr(id, |a| a.ctime = now);
-        q.push_back(Job::Renamed {
-            seq,
-            inode,
-            at: Instant::now(),
         });
-        self.nsq.appended.store(seq, Relaxed);
-        self.c.ns_deferred.fetch_add(1, Relaxed);
-        let first = q.len() == 1;
-        drop(q);
-        if first {
-            self.nsq.wake.notify_one();
-        }
+        self.ns.prov.update_attr(id, |a| a.ctime = now);
+        self.enqueue(
+            q,
+            Job::Renamed {
+                seq,
+                inode,
+                at: Instant::now(),
+            },
+        );
         Some(())
     }
 }
