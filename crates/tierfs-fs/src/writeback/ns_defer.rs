@@ -426,17 +426,8 @@ impl<S: Store> Writeback<S> {
     /// reached the store) and records it done in the journal.
     fn drop_dirty(&self, i: &Arc<Inode<St<S>>>) {
         let Some(st) = &i.file else { return };
-        let mut from = 0;
-        loop {
-            let run = st
-                .dirty
-                .lock()
-                .as_ref()
-                .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
-            let Some(run) = run else { break };
-            self.account_flushed(st, &run);
-            from = run.offset + run.len;
-        }
+        // Dropping cannot fail.
+        let _ = self.take_dirty_runs(st, |_| Ok(()));
         let upto = st.dirty.lock().as_ref().map(|d| d.done_upto());
         if let Some(upto) = upto {
             let (dev, ino) = st.journal_key;

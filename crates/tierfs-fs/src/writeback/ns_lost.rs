@@ -29,19 +29,10 @@ impl<S: Store> Writeback<S> {
             .truncate(false)
             .open(&f)
             .map_err(|er| io("open", er))?;
-        let mut from = 0;
-        loop {
-            let run = st
-                .dirty
-                .lock()
-                .as_ref()
-                .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
-            let Some(run) = run else { break };
+        self.take_dirty_runs(&st, |run| {
             out.write_all_at(&run.pieces.concat(), run.offset)
-                .map_err(|er| io("write", er))?;
-            self.account_flushed(&st, &run);
-            from = run.offset + run.len;
-        }
+                .map_err(|er| io("write", er))
+        })?;
         out.sync_all().map_err(|er| io("sync", er))?;
         let path = st
             .dirty

@@ -107,11 +107,23 @@ pub(crate) fn replay_ns<S: Store>(
     // The name the object called `path` after record `seq` has at the end of the pending
     // renames, if they moved it (until an unlink or create of the name it has, which says
     // the object went or the name is another's).
+    // Only a path some pending rename moves from needs the walk (a replay of an untar has
+    // tens of thousands of setattrs and, as a rule, no rename).
+    let renamed_from: rustc_hash::FxHashSet<&[u8]> = naming
+        .iter()
+        .filter_map(|(_, n)| match n {
+            Naming::Renamed { from, .. } => Some(&from[..]),
+            Naming::Other(_) => None,
+        })
+        .collect();
     let renamed_to = |seq: u64, path: &[u8]| -> Option<Vec<u8>> {
+        if !renamed_from.contains(path) {
+            return None;
+        }
         let mut cur = path.to_vec();
         let mut found = false;
-        for (s, n) in naming.iter().filter(|(s, _)| *s > seq) {
-            let _ = s;
+        let after = naming.partition_point(|(s, _)| *s <= seq);
+        for (_, n) in &naming[after..] {
             match n {
                 Naming::Renamed { from, to, .. } if *from == cur => {
                     cur = to.clone();

@@ -299,6 +299,28 @@ impl<S: Store> Writeback<S> {
         }
     }
 
+    /// Takes every dirty run of `st` in offset order, gives each to `each` (which writes it
+    /// somewhere, or drops it) and accounts it flushed; stops at the first error of `each`.
+    /// For data that does not go to its file (`flush_refused`, `drop_dirty`).
+    pub(crate) fn take_dirty_runs(
+        &self,
+        st: &crate::file_state::FileState,
+        mut each: impl FnMut(&crate::dirty::Run) -> Result<()>,
+    ) -> Result<()> {
+        let mut from = 0;
+        loop {
+            let run = st
+                .dirty
+                .lock()
+                .as_ref()
+                .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
+            let Some(run) = run else { return Ok(()) };
+            each(&run)?;
+            self.account_flushed(st, &run);
+            from = run.offset + run.len;
+        }
+    }
+
     /// An mtime the application set on a file while it has dirty data: the flush applies it
     /// after writing the data (see `flush_group`).
     pub(crate) fn note_dirty_mtime(&self, i: &Inode<St<S>>, m: &tierfs_store::TimeUpdate) {
