@@ -140,6 +140,11 @@ impl Staging {
 
     pub fn set_len(&self, size: u64) -> Result<()> {
         let mut g = self.st.lock();
+        if g.loaded && g.size == size {
+            // No change (the O_TRUNC of a new, empty object): nothing to upload. An upload
+            // would make a new version (a new Last-Modified) of bytes the bucket has.
+            return Ok(());
+        }
         self.file.set_len(size).map_err(io_errno)?;
         g.size = size;
         g.loaded = true;

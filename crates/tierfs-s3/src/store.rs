@@ -48,20 +48,30 @@ impl Drop for S3Handle {
     /// arrives after close); then the registry forgets the key.
     fn drop(&mut self) {
         let Some(s) = self.staging.take() else { return };
-        if Arc::strong_count(&s) == 1 {
-            if s.dirty() {
-                if let Err(e) = self.ctx.upload(&s) {
-                    tracing::error!(
-                        "S3: uploading {} at its last close failed: {e}",
-                        self.ctx.full_key(&s.rel)
-                    );
-                }
+        {
+            // A handle that is not the last lets go under the registry's lock, so of two
+            // handles dropped at once the second sees itself the last (each reading the
+            // count unlocked could see the other's, and neither would upload).
+            let reg = self.ctx.staged.lock();
+            if Arc::strong_count(&s) > 1 {
+                drop(s);
+                drop(reg);
+                return;
             }
-            let mut reg = self.ctx.staged.lock();
-            drop(s);
-            if reg.get(&self.rel).is_some_and(|w| w.strong_count() == 0) {
-                reg.remove(&self.rel);
+        }
+        // Still registered while it uploads: an open meanwhile shares it, as before.
+        if s.dirty() {
+            if let Err(e) = self.ctx.upload(&s) {
+                tracing::error!(
+                    "S3: uploading {} at its last close failed: {e}",
+                    self.ctx.full_key(&s.rel)
+                );
             }
+        }
+        drop(s);
+        let mut reg = self.ctx.staged.lock();
+        if reg.get(&self.rel).is_some_and(|w| w.strong_count() == 0) {
+            reg.remove(&self.rel);
         }
     }
 }
@@ -186,6 +196,7 @@ impl S3Store {
             (_, Some(e)) => Base::Etag(e),
             (_, None) => Base::Conflict("the server gave the object no ETag".into()),
         };
+        tracing::debug!("S3 new staging of {rel}: {base:?}, {} bytes", attr.size);
         let dir = self.staging_dir.lock().clone();
         let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr)?);
         let mut reg = self.staged.lock();
@@ -621,6 +632,7 @@ impl Store for S3Store {
                 ..Default::default()
             },
         ));
+        tracing::debug!("S3 create {rel}: {:?}", put.as_ref().map(|p| &p.e_tag));
         match put {
             Ok(_) => {}
             Err(Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}

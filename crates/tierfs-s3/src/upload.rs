@@ -53,6 +53,11 @@ impl Ctx {
         // so the refusal never reached us. The object's ETag tells: another one than our base
         // means it was replaced (if ours had landed, what it holds is ours, kept in the lost
         // directory too: nothing is lost either way); our base means ours did not land.
+        tracing::debug!(
+            "S3 upload {key}: {size} bytes, {}: {}: {r:?}",
+            cond.0,
+            cond.1
+        );
         let r = match r {
             Err(e) if e == Errno::ENOTCONN && cond.0 == "if-match" => {
                 let head = self.key(&s.rel).and_then(|k| self.run(c.s3.head(&k)));

@@ -426,9 +426,30 @@ impl<S: Store> Fs<S> {
             r => r,
         };
         if flags & libc::O_TRUNC != 0 {
+            if let Ok(o) = &r {
+                self.publish_truncate(ino, o.fh)?;
+            }
             self.names_changed(ino);
         }
         r
+    }
+
+    /// Write-back on a store that publishes at sync (S3): an O_TRUNC open's truncate is
+    /// staged in the descriptor's handle, outside the journal. It is uploaded now, as our
+    /// own new version, and the data written next is made on that version. Left to the
+    /// handle's last close, it would land unannounced before or after the data's flush,
+    /// which then took the bucket's version for another writer's and kept its data in
+    /// `journal/lost`. (A truncate that changes nothing, the O_TRUNC of a new empty object,
+    /// uploads nothing.)
+    fn publish_truncate(&self, ino: u64, fh: u64) -> Result<()> {
+        if self.wb().is_some() && self.sh.store.publishes_at_sync() {
+            if let Err(e) = self.data.fsync(ino, fh, false) {
+                // The open fails: the kernel will not release what it was never given.
+                self.data.release(fh);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     pub fn create(
@@ -453,6 +474,7 @@ impl<S: Store> Fs<S> {
         self.names_changed(parent);
         let (e, o) = r?;
         if flags & libc::O_TRUNC != 0 {
+            self.publish_truncate(e.ino, o.fh)?;
             self.names_changed(e.ino); // an existing file truncated
         }
         if let Some(i) = self.ns.inodes.get(e.ino) {
