@@ -2112,3 +2112,118 @@ fn an_atomic_save_of_a_new_file_waits_for_nothing_and_lands_whole() {
         "nothing staged as lost"
     );
 }
+
+/// Namespace write-back: a file write-back made, not on the store yet, moved to another
+/// directory (a build's output moved out of its scratch directory, `mv` of a file just
+/// written) waits for nothing when that directory is on the store or was made before the
+/// file: the queued create is rewritten to make the file there. A directory made after the
+/// file is made on the store first (the rename waits). Through an unmount and `kill -9`.
+#[test]
+fn a_new_file_moved_to_another_directory_waits_for_nothing_and_lands_whole() {
+    use std::os::unix::fs::MetadataExt;
+    let opts = [
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ];
+    let m = BinMount::new(&opts);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let data = |k: usize| seeded_bytes(k as u64, 7_000 + 1_000 * k);
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert!(names(&mnt).is_empty());
+            let waits = || n(&stats_of(&mnt), "writeback.namespace.waits");
+            let before = waits();
+            std::fs::create_dir(mnt.join("out")).unwrap();
+            std::fs::create_dir(mnt.join("scratch")).unwrap();
+            for k in 0..10 {
+                let tmp = mnt.join(format!("scratch/o{k}.tmp"));
+                std::fs::write(&tmp, data(k)).unwrap();
+                std::fs::rename(&tmp, mnt.join(format!("out/o{k}"))).unwrap();
+            }
+            // Into a directory of the store (the mount's root), and back.
+            std::fs::write(mnt.join("scratch/r"), data(20)).unwrap();
+            std::fs::rename(mnt.join("scratch/r"), mnt.join("r")).unwrap();
+            std::fs::rename(mnt.join("r"), mnt.join("out/r")).unwrap();
+            assert!(names(&mnt.join("scratch")).is_empty());
+            std::fs::remove_dir(mnt.join("scratch")).unwrap();
+            let waited = waits() - before;
+            assert_eq!(names(&mnt), ["out"]);
+            let mut want: Vec<String> = (0..10).map(|k| format!("o{k}")).collect();
+            want.push("r".into());
+            assert_eq!(names(&mnt.join("out")), want);
+            assert_eq!(std::fs::read(mnt.join("out/o3")).unwrap(), data(3));
+            assert_eq!(std::fs::read(mnt.join("out/r")).unwrap(), data(20));
+            assert_eq!(
+                std::fs::metadata(mnt.join("out")).unwrap().nlink(),
+                2,
+                "out has no subdirectory"
+            );
+            // A directory made after the file: made on the store before the move.
+            std::fs::write(mnt.join("out/late.tmp"), data(30)).unwrap();
+            std::fs::create_dir(mnt.join("later")).unwrap();
+            std::fs::rename(mnt.join("out/late.tmp"), mnt.join("later/late")).unwrap();
+            assert_eq!(std::fs::read(mnt.join("later/late")).unwrap(), data(30));
+            waited
+        }
+    });
+    assert_eq!(waited, 0, "a rename waited for the namespace flusher");
+    m.unmount_and_wait();
+    let mut want: Vec<String> = (0..10).map(|k| format!("o{k}")).collect();
+    want.push("r".into());
+    assert_eq!(names(&backing), ["later", "out"], "no scratch on the store");
+    assert_eq!(names(&backing.join("out")), want);
+    for k in 0..10 {
+        assert_eq!(
+            std::fs::read(backing.join(format!("out/o{k}"))).unwrap(),
+            data(k),
+            "o{k}"
+        );
+    }
+    assert_eq!(std::fs::read(backing.join("out/r")).unwrap(), data(20));
+    assert_eq!(std::fs::read(backing.join("later/late")).unwrap(), data(30));
+
+    // Across kill -9: the create's record names the old directory; replay makes the file
+    // in the new one.
+    m.mount(&opts);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            // Listed, so that the mkdirs are deferred too, and that `out` is known not
+            // to have a `z` (else the move goes to the store).
+            assert_eq!(names(&mnt), ["later", "out"]);
+            assert_eq!(names(&mnt.join("out")).len(), 11);
+            std::fs::create_dir(mnt.join("e")).unwrap();
+            std::fs::create_dir(mnt.join("f")).unwrap();
+            std::fs::write(mnt.join("e/x"), data(40)).unwrap();
+            std::fs::rename(mnt.join("e/x"), mnt.join("f/y")).unwrap();
+            std::fs::write(mnt.join("e/z"), data(41)).unwrap();
+            std::fs::rename(mnt.join("e/z"), mnt.join("out/z")).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    assert!(
+        !backing.join("e").exists() && !backing.join("out/z").exists(),
+        "nothing reached the store before the kill"
+    );
+    m.kill_daemon();
+    m.mount(&["writeback.mode=back"]);
+    m.unmount_and_wait();
+    assert!(names(&backing.join("e")).is_empty());
+    assert_eq!(names(&backing.join("f")), ["y"]);
+    assert_eq!(std::fs::read(backing.join("f/y")).unwrap(), data(40));
+    assert_eq!(std::fs::read(backing.join("out/z")).unwrap(), data(41));
+    assert!(
+        lost_names(&m.cache.join("journal")).is_empty(),
+        "nothing staged as lost"
+    );
+}

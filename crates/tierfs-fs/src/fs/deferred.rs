@@ -129,13 +129,11 @@ impl<S: Store> Fs<S> {
         flags: u32,
     ) -> bool {
         let Some(wb) = self.wb() else { return false };
-        if parent != newparent {
-            return false;
-        }
-        let Ok(p) = self.ns.inode(parent) else {
+        let (Ok(p), Ok(newp)) = (self.ns.inode(parent), self.ns.inode(newparent)) else {
             return false;
         };
-        wb.rename_deferred(&p, name, newname, flags).is_some()
+        wb.rename_deferred(&p, name, &newp, newname, flags)
+            .is_some()
     }
 
     // The `_fast` entry points answer on the dispatching thread what needs neither a store

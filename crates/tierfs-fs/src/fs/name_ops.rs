@@ -104,6 +104,9 @@ impl<S: Store> Fs<S> {
     ) -> Result<()> {
         if self.rename_deferred(parent, name, newparent, newname, flags) {
             self.names_changed(parent);
+            if newparent != parent {
+                self.names_changed(newparent);
+            }
             return Ok(());
         }
         self.drain_ns()?;

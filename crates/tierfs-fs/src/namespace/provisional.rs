@@ -166,20 +166,20 @@ impl<T: Store> Provisional<T> {
         self.inner.lock().objs.get(&id).map(|o| o.attr)
     }
 
-    /// Provisional object `id` is now `new_name` in the same directory (a deferred rename).
-    pub fn rename(&self, id: Ident, new_name: &OsStr) {
+    /// Provisional object `id` is now `new_name` in directory `new_parent` (a deferred
+    /// rename).
+    pub fn rename(&self, id: Ident, new_parent: Ident, new_name: &OsStr) {
         let mut g = self.inner.lock();
         let Some(o) = g.objs.get_mut(&id) else { return };
-        let (parent, old) = (
-            o.parent,
-            std::mem::replace(&mut o.name, new_name.to_owned()),
-        );
-        g.names.remove(&(parent, old.clone()));
-        g.names.insert((parent, new_name.to_owned()), id);
-        if let Some(p) = g.objs.get_mut(&parent) {
-            for c in p.children.iter_mut().filter(|c| **c == old) {
-                *c = new_name.to_owned();
-            }
+        let old_parent = std::mem::replace(&mut o.parent, new_parent);
+        let old = std::mem::replace(&mut o.name, new_name.to_owned());
+        g.names.remove(&(old_parent, old.clone()));
+        g.names.insert((new_parent, new_name.to_owned()), id);
+        if let Some(p) = g.objs.get_mut(&old_parent) {
+            p.children.retain(|c| *c != old);
+        }
+        if let Some(p) = g.objs.get_mut(&new_parent) {
+            p.children.push(new_name.to_owned());
         }
     }
 

@@ -188,17 +188,26 @@ impl<S: Store> Writeback<S> {
         {
             let mut dc = self.nsq.dirs.lock();
             for j in &batch[..failed_at] {
-                if let Job::Create {
-                    parent, reserved, ..
-                }
-                | Job::Drop {
-                    parent, reserved, ..
-                } = j
+                let parent = match j {
+                    Job::Create {
+                        parent, reserved, ..
+                    }
+                    | Job::Drop {
+                        parent, reserved, ..
+                    } => {
+                        // On the store (or refused, or withdrawn): its inode and bytes are
+                        // counted there now.
+                        self.inodes.release();
+                        self.reserve.release(*reserved);
+                        parent
+                    }
+                    // Moved to another directory: the one it left counted its create.
+                    Job::Renamed {
+                        from: Some(parent), ..
+                    } => parent,
+                    _ => continue,
+                };
                 {
-                    // On the store (or refused, or withdrawn): its inode and bytes are
-                    // counted there now.
-                    self.inodes.release();
-                    self.reserve.release(*reserved);
                     let pid = parent.id();
                     let Some((n, a)) = dc.get_mut(&pid) else {
                         continue;

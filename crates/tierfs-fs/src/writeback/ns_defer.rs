@@ -323,7 +323,8 @@ impl<S: Store> Writeback<S> {
             reopen();
             return None;
         };
-        q.retain(|j| j.inode().id() != id);
+        // (A move's job stays: the directory it left counts the create until it is applied.)
+        q.retain(|j| j.inode().id() != id || matches!(j, Job::Renamed { from: Some(_), .. }));
         // Its data first, while the data flushers still leave it alone (it waits for its
         // create); then the name goes, and whatever waits for the object fails: it never
         // reaches the store.

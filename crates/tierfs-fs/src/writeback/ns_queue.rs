@@ -73,6 +73,9 @@ pub(crate) enum Job<S: Store> {
     Renamed {
         seq: u64,
         inode: Arc<Inode<St<S>>>,
+        /// The directory it left, when it moved to another: it counted the create as
+        /// queued in it until now.
+        from: Option<Arc<Inode<St<S>>>>,
         at: Instant,
     },
 }

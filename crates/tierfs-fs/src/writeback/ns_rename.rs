@@ -1,10 +1,13 @@
 //! A deferred rename (see `ns`): a file or symlink that write-back made, whose create the
-//! namespace flusher has not taken yet, renamed within its directory. This is how editors,
-//! compilers and package tools save a file (`x.tmp` written, then renamed over to `x`), and
-//! each such rename used to wait for every name deferred before it to reach the store.
+//! namespace flusher has not taken yet, renamed to a free name, in its directory or another.
+//! This is how editors, compilers and package tools save a file (`x.tmp` written, then
+//! renamed over to `x`; a build's output moved from a scratch directory), and each such
+//! rename used to wait for every name deferred before it to reach the store.
 //!
 //! The queued create is rewritten to make the new name, so the store never has the old one
-//! (nothing to hide in its listings meanwhile). For replay, three things are journaled, in
+//! (nothing to hide in its listings meanwhile). In another directory, that directory must be
+//! on the store before the create, and before the create's record at replay: it is a
+//! directory of the store, or one write-back made whose mkdir comes earlier in the journal. For replay, three things are journaled, in
 //! this order, while the file's writers are held off:
 //!
 //! 1. if the file has dirty data, an empty DATA record under the new path: replay names a
@@ -23,17 +26,18 @@ use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
 use crate::meta::NameLookup;
-use crate::namespace::ProvLookup;
+use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::{FileRef, Record};
 use tierfs_store::{FileKind, Store};
 
 impl<S: Store> Writeback<S> {
-    /// Renames provisional object `name` of directory `p` to `newname` in the same directory
+    /// Renames provisional object `name` of directory `p` to `newname` in directory `newp`
     /// without the store, or None: not such a rename (it is done on the store, after
     /// [`Writeback::drain_ns`]). Only when the new name is free (what a deferred create asks
     /// of a name) and `flags` asks at most RENAME_NOREPLACE.
@@ -41,13 +45,16 @@ impl<S: Store> Writeback<S> {
         &self,
         p: &Arc<Inode<St<S>>>,
         name: &OsStr,
+        newp: &Arc<Inode<St<S>>>,
         newname: &OsStr,
         flags: u32,
     ) -> Option<()> {
+        let moves = p.id() != newp.id();
         if !self.defers_namespace()
             || flags & !libc::RENAME_NOREPLACE != 0
             || newname.len() > libc::NAME_MAX as usize
-            || newname == name
+            || (newname == name && !moves)
+            || newp.kind != FileKind::Dir
         {
             return None;
         }
@@ -57,18 +64,36 @@ impl<S: Store> Writeback<S> {
         if attr.kind == FileKind::Dir {
             return None;
         }
-        match self.ns.prov.lookup(p.id(), newname) {
+        match self.ns.prov.lookup(newp.id(), newname) {
             ProvLookup::Found(..) => return None,
             ProvLookup::Absent => {}
             ProvLookup::NotHere => {
-                if !matches!(self.ns.meta.lookup(p.id(), newname), NameLookup::Absent) {
+                if is_provisional(newp.id())
+                    || !matches!(self.ns.meta.lookup(newp.id(), newname), NameLookup::Absent)
+                {
                     return None;
                 }
             }
         }
+        // The new directory as the application sees it (its shadow's base if it has none).
+        let newp_attr = if moves {
+            let shadow = self.nsq.dirs.lock().get(&newp.id()).map(|(_, a)| *a);
+            let a = match (self.ns.prov.attr(newp.id()), shadow) {
+                (Some(a), _) | (None, Some(a)) => a,
+                (None, None) => self.ns.meta.attr(newp.id())?.0,
+            };
+            // The store gives what it makes in a setgid directory that directory's group:
+            // made there, the object would not keep the group it has.
+            if a.perm as u32 & libc::S_ISGID != 0 && a.gid != attr.gid {
+                return None;
+            }
+            Some(a)
+        } else {
+            None
+        };
         let id = inode.id();
         let from = self.backing_path(&inode)?;
-        let mut to = self.backing_path(p)?;
+        let mut to = self.backing_path(newp)?;
         if !to.is_empty() {
             to.push(b'/');
         }
@@ -79,6 +104,16 @@ impl<S: Store> Writeback<S> {
         let create = q.iter().position(
             |j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id),
         )?;
+        // A new directory write-back made must be made first: its mkdir earlier in the
+        // queue (and the journal), or done. (One made after the file comes after it.)
+        if moves
+            && (self.ns.prov.failure(newp.id()).is_some()
+                || q.iter()
+                    .skip(create)
+                    .any(|j| matches!(j, Job::Create { inode: d, .. } if d.id() == newp.id())))
+        {
+            return None;
+        }
         // Writers of the file wait: a write between the records below would be journaled
         // under a path that is not the file's at that point of the journal.
         let st = inode.file.clone();
@@ -121,25 +156,42 @@ impl<S: Store> Writeback<S> {
                 return None;
             }
         };
-        if let Job::Create { name: n, .. } = &mut q[create] {
+        if let Job::Create {
+            name: n, parent, ..
+        } = &mut q[create]
+        {
             *n = newname.to_owned();
+            *parent = newp.clone();
         }
-        self.ns.prov.rename(id, newname);
-        inode.moved_to(p.clone(), newname);
+        if let Some(a) = newp_attr {
+            // The new directory now has a create queued in it (its shadow shows the
+            // application's view until it is applied); the old one keeps its count until
+            // the rename's job is applied, after the create.
+            let mut dirs = self.nsq.dirs.lock();
+            dirs.entry(newp.id()).or_insert((0, a)).0 += 1;
+            self.nsq.dirs_shadowed.store(true, Relaxed);
+        }
+        self.ns.prov.rename(id, newp.id(), newname);
+        inode.moved_to(newp.clone(), newname);
         drop(dirty);
         drop(_w);
-        // The directory and the object as the application now sees them: times moved.
+        // The directories and the object as the application now sees them: times moved.
         let now = tierfs_store::TimeSpec::now();
-        self.dir_changed(p.id(), |a| {
+        let touch = |a: &mut tierfs_store::Attr| {
             a.mtime = now;
             a.ctime = now;
-        });
+        };
+        self.dir_changed(p.id(), touch);
+        if moves {
+            self.dir_changed(newp.id(), touch);
+        }
         self.ns.prov.update_attr(id, |a| a.ctime = now);
         self.enqueue(
             q,
             Job::Renamed {
                 seq,
                 inode,
+                from: moves.then(|| p.clone()),
                 at: Instant::now(),
             },
         );

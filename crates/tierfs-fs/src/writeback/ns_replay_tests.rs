@@ -1,0 +1,232 @@
+//! Tests of `ns_replay` (a file of their own: the module stays under the size limit).
+
+use super::*;
+use crate::counted::CountedStore;
+use crate::identity::IdStore;
+use std::path::Path;
+use tierfs_cache::journal::{JournalConfig, Record};
+use tierfs_store::{IdentityChoice, PosixStore};
+
+fn symlink_record(seq: u64, parent: &str, name: &str, target: &str) -> PendingNs {
+    let op = NsOp::Create {
+        parent: parent.as_bytes().to_vec(),
+        name: name.as_bytes().to_vec(),
+        kind: FileKind::Symlink,
+        mode: 0o777,
+        owner: None,
+        target: target.as_bytes().to_vec(),
+    };
+    PendingNs {
+        seq,
+        payload: op.encode(),
+    }
+}
+
+fn record(seq: u64, op: NsOp) -> PendingNs {
+    PendingNs {
+        seq,
+        payload: op.encode(),
+    }
+}
+
+fn link_of(p: &Path) -> String {
+    std::fs::read_link(p)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A deferred symlink is made at replay; one the store already has with the same target
+/// is ours, made before the crash; one with another target is someone else's: kept, and
+/// ours is counted as a conflict, never put over it. An unlink removes what its create
+/// made, and only that, and names the file whose data records are dropped.
+#[test]
+fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
+    let t = tempfile::tempdir().unwrap();
+    let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+    std::fs::create_dir_all(back.join("a")).unwrap();
+    std::os::unix::fs::symlink("t", back.join("a/mine")).unwrap();
+    std::os::unix::fs::symlink("other", back.join("a/theirs")).unwrap();
+    let store = IdStore::new(CountedStore::new(
+        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
+    ))
+    .unwrap();
+    let (journal, _) =
+        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    std::fs::write(back.join("a/someone-elses"), b"x").unwrap();
+    let create_file = |parent: &str, name: &str| NsOp::Create {
+        parent: parent.as_bytes().to_vec(),
+        name: name.as_bytes().to_vec(),
+        kind: FileKind::File,
+        mode: 0o600,
+        owner: None,
+        target: Vec::new(),
+    };
+    let mkdir = |parent: &str, name: &str| NsOp::Create {
+        parent: parent.as_bytes().to_vec(),
+        name: name.as_bytes().to_vec(),
+        kind: FileKind::Dir,
+        mode: 0o755,
+        owner: None,
+        target: Vec::new(),
+    };
+    let chmod = |path: &str, mode: u32| NsOp::SetAttr {
+        path: path.as_bytes().to_vec(),
+        mode: Some(mode),
+        uid: None,
+        gid: None,
+        atime: None,
+        mtime: None,
+    };
+    let rename = |from: &str, to: &str, prov| NsOp::Rename {
+        from: from.as_bytes().to_vec(),
+        to: to.as_bytes().to_vec(),
+        prov,
+    };
+    let unlink = |path: &str, kind, prov| NsOp::Unlink {
+        path: path.as_bytes().to_vec(),
+        kind,
+        prov,
+    };
+    let pending = [
+        symlink_record(1, "a", "new", "../x/y"),
+        symlink_record(2, "a", "mine", "t"),
+        symlink_record(3, "a", "theirs", "t"),
+        // A temporary file made and unlinked before it reached the store, and a symlink.
+        record(
+            4,
+            NsOp::Create {
+                parent: b"a".to_vec(),
+                name: b"tmp".to_vec(),
+                kind: FileKind::File,
+                mode: 0o600,
+                owner: None,
+                target: Vec::new(),
+            },
+        ),
+        record(5, unlink("a/tmp", FileKind::File, 4)),
+        symlink_record(6, "a", "gone", "t"),
+        record(7, unlink("a/gone", FileKind::Symlink, 6)),
+        // Its create is not pending (covered by a DONE, never made): the name holds
+        // someone else's file, which stays, even an empty one, or a symlink.
+        record(8, unlink("a/someone-elses", FileKind::File, 3)),
+        // An atomic save: made as a/.f.tmp, chmodded, renamed to a/f, then again.
+        record(9, create_file("a", ".f.tmp")),
+        record(10, chmod("a/.f.tmp", 0o640)),
+        record(11, rename("a/.f.tmp", "a/f", 9)),
+        record(12, rename("a/f", "a/g", 9)),
+        // Its create applied before the crash, already under the new name (the create
+        // was rewritten): the rename finds nothing to move, the chmod recorded under the
+        // old name follows it.
+        record(13, chmod("a/.h.tmp", 0o600)),
+        record(14, rename("a/.h.tmp", "a/h", 100)),
+        record(15, unlink("a/empty-of-someone", FileKind::File, 101)),
+        record(16, unlink("a/theirs", FileKind::Symlink, 102)),
+        // Saved as a/x (made there before the crash: the create was rewritten), then
+        // the old name used again for a directory with a file in it, also made before
+        // the crash: all ours, nothing refused.
+        record(17, create_file("a", "x.tmp")),
+        record(18, rename("a/x.tmp", "a/x", 17)),
+        record(
+            19,
+            NsOp::Create {
+                parent: b"a".to_vec(),
+                name: b"x.tmp".to_vec(),
+                kind: FileKind::Dir,
+                mode: 0o755,
+                owner: None,
+                target: Vec::new(),
+            },
+        ),
+        record(20, create_file("a/x.tmp", "f")),
+        // A chmod under the old name, the rename, and the old name made again: the chmod
+        // goes to the renamed file, not to the new one.
+        record(21, create_file("a", "y.tmp")),
+        record(22, chmod("a/y.tmp", 0o640)),
+        record(23, rename("a/y.tmp", "a/y", 21)),
+        record(24, create_file("a", "y.tmp")),
+        // Directories made and removed: an empty one goes; one someone else put a file
+        // in stays.
+        record(25, mkdir("a", "rd")),
+        record(26, unlink("a/rd", FileKind::Dir, 25)),
+        record(27, mkdir("a", "rd2")),
+        record(28, unlink("a/rd2", FileKind::Dir, 27)),
+        // Moved to another directory before it reached the store: made in the last
+        // directory its renames give it (one made before it, then one of the store),
+        // and its old directory removed.
+        record(29, mkdir("a", "src")),
+        record(30, mkdir("a", "dst")),
+        record(31, create_file("a/src", "o.tmp")),
+        record(32, chmod("a/src/o.tmp", 0o604)),
+        record(33, rename("a/src/o.tmp", "a/dst/o", 31)),
+        record(34, unlink("a/src", FileKind::Dir, 29)),
+        record(35, create_file("a/dst", "p")),
+        record(36, rename("a/dst/p", "p2", 35)),
+    ];
+    std::fs::create_dir(back.join("a/rd2")).unwrap();
+    std::fs::write(back.join("a/rd2/theirs"), b"t").unwrap();
+    std::fs::write(back.join("a/x"), b"").unwrap();
+    std::fs::create_dir(back.join("a/x.tmp")).unwrap();
+    std::fs::write(back.join("a/x.tmp/f"), b"").unwrap();
+    std::fs::write(back.join("a/y"), b"").unwrap();
+    std::fs::write(back.join("a/y.tmp"), b"").unwrap();
+    std::fs::write(back.join("a/h"), b"").unwrap();
+    std::fs::write(back.join("a/empty-of-someone"), b"").unwrap();
+    // In the journal as the daemon appended them (their seqs are the ones above).
+    for p in &pending {
+        let seq = journal
+            .append(Record::Ns {
+                payload: &p.payload,
+            })
+            .unwrap();
+        assert_eq!(seq, p.seq);
+    }
+    let c = WbCounters::default();
+    let r = replay_ns(&store, &journal, &pending, &c).unwrap();
+    assert_eq!(link_of(&back.join("a/new")), "../x/y");
+    assert_eq!(link_of(&back.join("a/mine")), "t");
+    assert_eq!(link_of(&back.join("a/theirs")), "other");
+    assert_eq!(r.refused, vec![b"a/theirs".to_vec()]);
+    assert_eq!(c.ns_conflicts.load(Relaxed), 1);
+    assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
+    assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
+    assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
+    assert_eq!(r.dropped, vec![4, 6, 3, 101, 102, 25, 27, 29]);
+    assert!(!back.join("a/rd").exists());
+    assert!(back.join("a/rd2/theirs").exists());
+    assert!(back.join("a/empty-of-someone").exists());
+    assert_eq!(link_of(&back.join("a/theirs")), "other");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(back.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(r.refused_prov, vec![3]);
+    assert!(back.join("a/x").is_file() && back.join("a/x.tmp/f").is_file());
+    assert_eq!(mode("a/y"), 0o640);
+    assert_eq!(r.moved.get(&17).map(|p| &p[..]), Some(&b"a/x"[..]));
+    assert!(!back.join("a/.f.tmp").exists() && !back.join("a/f").exists());
+    assert_eq!(mode("a/g"), 0o640);
+    assert_eq!(mode("a/h"), 0o600);
+    assert_eq!(r.moved.get(&9).map(|p| &p[..]), Some(&b"a/g"[..]));
+    assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"a/h"[..]));
+    assert!(!back.join("a/src").exists());
+    assert_eq!(mode("a/dst/o"), 0o604);
+    assert!(back.join("p2").is_file() && !back.join("a/dst/p").exists());
+    assert_eq!(r.moved.get(&31).map(|p| &p[..]), Some(&b"a/dst/o"[..]));
+    assert_eq!(r.moved.get(&35).map(|p| &p[..]), Some(&b"p2"[..]));
+    journal.shutdown();
+}
+
+#[test]
+fn paths() {
+    assert_eq!(super::join(b"", b"a"), b"a");
+    assert_eq!(super::join(b"a/b", b"c"), b"a/b/c");
+    assert!(super::under(b"a/b/c", b"a/b"));
+    assert!(super::under(b"a/b", b"a/b"));
+    assert!(!super::under(b"a/bc", b"a/b"));
+    assert!(!super::under(b"a", b"a/b"));
+}
