@@ -2227,3 +2227,93 @@ fn a_new_file_moved_to_another_directory_waits_for_nothing_and_lands_whole() {
         "nothing staged as lost"
     );
 }
+
+/// Namespace write-back: a new file saved again before it reached the store (`git clone`
+/// rewrites `config` through `config.lock` several times; an editor saves twice) waits for
+/// nothing: the rename over the first version withdraws its create, in the same record, so
+/// the store only ever gets the last version. Through an unmount and `kill -9`; an open
+/// first version is not replaced that way (the rename goes to the store), and still reads
+/// whole.
+#[test]
+fn a_new_file_saved_again_before_it_reached_the_store_waits_for_nothing() {
+    let opts = [
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ];
+    let m = BinMount::new(&opts);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let data = |k: usize| seeded_bytes(k as u64, 5_000 + 700 * k);
+    let save = |p: &Path, bytes: &[u8]| {
+        let lock = p.with_extension("lock");
+        std::fs::write(&lock, bytes).unwrap();
+        std::fs::rename(&lock, p).unwrap();
+    };
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert!(names(&mnt).is_empty());
+            let waits = || n(&stats_of(&mnt), "writeback.namespace.waits");
+            let before = waits();
+            std::fs::create_dir(mnt.join("repo")).unwrap();
+            for k in 0..6 {
+                save(&mnt.join("repo/config"), &data(k));
+                assert_eq!(std::fs::read(mnt.join("repo/config")).unwrap(), data(k));
+            }
+            save(&mnt.join("top"), &data(10));
+            save(&mnt.join("top"), &data(11));
+            let waited = waits() - before;
+            assert_eq!(names(&mnt.join("repo")), ["config"]);
+            assert_eq!(names(&mnt), ["repo", "top"]);
+            waited
+        }
+    });
+    assert_eq!(waited, 0, "a rename waited for the namespace flusher");
+    m.unmount_and_wait();
+    assert_eq!(names(&backing.join("repo")), ["config"]);
+    assert_eq!(std::fs::read(backing.join("repo/config")).unwrap(), data(5));
+    assert_eq!(std::fs::read(backing.join("top")).unwrap(), data(11));
+
+    // Across kill -9, and an open first version.
+    m.mount(&opts);
+    let kept = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert_eq!(names(&mnt), ["repo", "top"]);
+            std::fs::create_dir(mnt.join("e")).unwrap();
+            save(&mnt.join("e/c"), &data(20));
+            save(&mnt.join("e/c"), &data(21));
+            save(&mnt.join("e/o"), &data(30));
+            let open = File::open(mnt.join("e/o")).unwrap();
+            save(&mnt.join("e/o"), &data(31));
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut &open, &mut got).unwrap();
+            assert_eq!(
+                got,
+                data(30),
+                "the replaced version, still open, reads whole"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+            got.len()
+        }
+    });
+    assert_eq!(kept, data(30).len());
+    m.kill_daemon();
+    m.mount(&["writeback.mode=back"]);
+    m.unmount_and_wait();
+    assert_eq!(names(&backing.join("e")), ["c", "o"]);
+    assert_eq!(std::fs::read(backing.join("e/c")).unwrap(), data(21));
+    assert_eq!(std::fs::read(backing.join("e/o")).unwrap(), data(31));
+    assert!(
+        lost_names(&m.cache.join("journal")).is_empty(),
+        "nothing staged as lost"
+    );
+}

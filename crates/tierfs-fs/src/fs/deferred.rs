@@ -132,7 +132,7 @@ impl<S: Store> Fs<S> {
         let (Ok(p), Ok(newp)) = (self.ns.inode(parent), self.ns.inode(newparent)) else {
             return false;
         };
-        wb.rename_deferred(&p, name, &newp, newname, flags)
+        wb.rename_deferred(&p, name, &newp, newname, flags, self.config().no_open())
             .is_some()
     }
 

@@ -22,7 +22,7 @@ use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 /// The directory and reserved bytes of the create of `id` if it is queued and the flusher
 /// never took it (once taken, even if put back, it may be on the store).
-fn untried_create<S: Store>(
+pub(super) fn untried_create<S: Store>(
     q: &std::collections::VecDeque<Job<S>>,
     id: Ident,
 ) -> Option<(Arc<Inode<St<S>>>, u64)> {
@@ -425,7 +425,7 @@ impl<S: Store> Writeback<S> {
 
     /// Drops a file's dirty data without writing it anywhere (it was unlinked before it
     /// reached the store) and records it done in the journal.
-    fn drop_dirty(&self, i: &Arc<Inode<St<S>>>) {
+    pub(super) fn drop_dirty(&self, i: &Arc<Inode<St<S>>>) {
         let Some(st) = &i.file else { return };
         // Dropping cannot fail.
         let _ = self.take_dirty_runs(st, |_| Ok(()));

@@ -15,12 +15,15 @@
 //!                  of the CREATE that made it: its data records are dropped at replay)
 //! RENAME  (op 4) = from path (u16 length, bytes) | to path (u16 length, bytes) | prov u64 (the
 //!                  seq of the CREATE that made it: its data records follow it at replay)
+//! RENAME OVER (op 5) = RENAME's fields | replaced u64 (the seq of the CREATE of the object
+//!                  the rename replaced: that object is not made at replay, its setattrs are
+//!                  not applied and its data records are dropped)
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal.)
+//! downgrade only with an empty journal. The same holds for op 5.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -29,6 +32,7 @@ const OP_CREATE: u8 = 1;
 const OP_SETATTR: u8 = 2;
 const OP_UNLINK: u8 = 3;
 const OP_RENAME: u8 = 4;
+const OP_RENAME_OVER: u8 = 5;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -64,6 +68,9 @@ pub(crate) enum NsOp {
         from: Vec<u8>,
         to: Vec<u8>,
         prov: u64,
+        /// The seq of the CREATE of the object it replaced, one write-back made and withdrew
+        /// (op 5); None: the new name was free (op 4).
+        replaced: Option<u64>,
     },
 }
 
@@ -220,11 +227,23 @@ impl NsOp {
                 });
                 out.extend_from_slice(&prov.to_le_bytes());
             }
-            NsOp::Rename { from, to, prov } => {
-                out.push(OP_RENAME);
+            NsOp::Rename {
+                from,
+                to,
+                prov,
+                replaced,
+            } => {
+                out.push(if replaced.is_some() {
+                    OP_RENAME_OVER
+                } else {
+                    OP_RENAME
+                });
                 put_bytes(&mut out, from);
                 put_bytes(&mut out, to);
                 out.extend_from_slice(&prov.to_le_bytes());
+                if let Some(r) = replaced {
+                    out.extend_from_slice(&r.to_le_bytes());
+                }
             }
         }
         out
@@ -296,13 +315,23 @@ impl NsOp {
                 }
                 NsOp::Unlink { path, kind, prov }
             }
-            OP_RENAME => {
+            op @ (OP_RENAME | OP_RENAME_OVER) => {
                 let (from, to) = (r.bytes()?, r.bytes()?);
                 let prov = r.i64()? as u64;
+                let replaced = if op == OP_RENAME_OVER {
+                    Some(r.i64()? as u64)
+                } else {
+                    None
+                };
                 if from.is_empty() || to.is_empty() {
                     return Err("namespace record: not a path");
                 }
-                NsOp::Rename { from, to, prov }
+                NsOp::Rename {
+                    from,
+                    to,
+                    prov,
+                    replaced,
+                }
             }
             _ => return Err("namespace record: unknown operation"),
         };
@@ -369,6 +398,13 @@ mod tests {
                 from: b"a/.f.tmp".to_vec(),
                 to: b"a/f".to_vec(),
                 prov: 77,
+                replaced: None,
+            },
+            NsOp::Rename {
+                from: b"a/.f.tmp".to_vec(),
+                to: b"b/f".to_vec(),
+                prov: 78,
+                replaced: Some(70),
             },
         ];
         for op in &ops {

@@ -21,26 +21,30 @@
 //! A crash between 1 and 2 leaves a journal whose CREATE (still pending: its DONE could only
 //! come later) names the old path, which replay then gives the data (`ns_replay`).
 
+use super::ns_defer::untried_create;
 use super::ns_queue::Job;
 use super::ns_record::NsOp;
 use super::Writeback;
+use crate::file_state::DROPPED;
 use crate::inode::Inode;
 use crate::meta::NameLookup;
 use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::{FileRef, Record};
-use tierfs_store::{FileKind, Store};
+use tierfs_store::{Errno, FileKind, Store};
 
 impl<S: Store> Writeback<S> {
     /// Renames provisional object `name` of directory `p` to `newname` in directory `newp`
     /// without the store, or None: not such a rename (it is done on the store, after
-    /// [`Writeback::drain_ns`]). Only when the new name is free (what a deferred create asks
-    /// of a name) and `flags` asks at most RENAME_NOREPLACE.
+    /// [`Writeback::drain_ns`]). Only when `flags` asks at most RENAME_NOREPLACE, and the new
+    /// name is free (what a deferred create asks of a name) or holds a file or symlink that
+    /// could be unlinked without the store (`unlink_deferred`: not open, its create still
+    /// queued, not under FUSE no-open), which the same record then replaces.
     pub(crate) fn rename_deferred(
         &self,
         p: &Arc<Inode<St<S>>>,
@@ -48,6 +52,7 @@ impl<S: Store> Writeback<S> {
         newp: &Arc<Inode<St<S>>>,
         newname: &OsStr,
         flags: u32,
+        no_open: bool,
     ) -> Option<()> {
         let moves = p.id() != newp.id();
         if !self.defers_namespace()
@@ -64,17 +69,27 @@ impl<S: Store> Writeback<S> {
         if attr.kind == FileKind::Dir {
             return None;
         }
-        match self.ns.prov.lookup(newp.id(), newname) {
-            ProvLookup::Found(..) => return None,
-            ProvLookup::Absent => {}
+        let target = match self.ns.prov.lookup(newp.id(), newname) {
+            ProvLookup::Found(t, ta) => {
+                if flags & libc::RENAME_NOREPLACE != 0
+                    || no_open
+                    || ta.kind == FileKind::Dir
+                    || t.id() == inode.id()
+                {
+                    return None;
+                }
+                Some(t)
+            }
+            ProvLookup::Absent => None,
             ProvLookup::NotHere => {
                 if is_provisional(newp.id())
                     || !matches!(self.ns.meta.lookup(newp.id(), newname), NameLookup::Absent)
                 {
                     return None;
                 }
+                None
             }
-        }
+        };
         // The new directory as the application sees it (its shadow's base if it has none).
         let newp_attr = if moves {
             let shadow = self.nsq.dirs.lock().get(&newp.id()).map(|(_, a)| *a);
@@ -82,11 +97,6 @@ impl<S: Store> Writeback<S> {
                 (Some(a), _) | (None, Some(a)) => a,
                 (None, None) => self.ns.meta.attr(newp.id())?.0,
             };
-            // The store gives what it makes in a setgid directory that directory's group:
-            // made there, the object would not keep the group it has.
-            if a.perm as u32 & libc::S_ISGID != 0 && a.gid != attr.gid {
-                return None;
-            }
             Some(a)
         } else {
             None
@@ -104,6 +114,26 @@ impl<S: Store> Writeback<S> {
         let create = q.iter().position(
             |j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id),
         )?;
+        if let (
+            Some(a),
+            Job::Create {
+                owner, new_owner, ..
+            },
+        ) = (newp_attr, &q[create])
+        {
+            // Made in the new directory, the object must get the group it got in the old
+            // one: the store gives what it makes in a setgid directory that directory's
+            // group, elsewhere the creator's.
+            let gid = if a.perm as u32 & libc::S_ISGID != 0 {
+                a.gid
+            } else {
+                // SAFETY: no preconditions.
+                owner.map_or_else(|| unsafe { libc::getegid() }, |o| o.1)
+            };
+            if gid != new_owner.1 {
+                return None;
+            }
+        }
         // A new directory write-back made must be made first: its mkdir earlier in the
         // queue (and the journal), or done. (One made after the file comes after it.)
         if moves
@@ -114,6 +144,29 @@ impl<S: Store> Writeback<S> {
         {
             return None;
         }
+        // What the new name holds goes as by an unlink: it must still be queued, and from here
+        // on no open gets it (as in `unlink_deferred`); given back if the rename is not
+        // journaled.
+        let over = match target {
+            Some(t) => {
+                let (tparent, treserved) = untried_create(&q, t.id())?;
+                let closed = t.file.as_ref().is_none_or(|st| {
+                    st.opens
+                        .compare_exchange(0, DROPPED, AcqRel, Acquire)
+                        .is_ok()
+                });
+                if !closed {
+                    return None;
+                }
+                Some((t, tparent, treserved))
+            }
+            None => None,
+        };
+        let reopen = || {
+            if let Some(st) = over.as_ref().and_then(|(t, ..)| t.file.as_ref()) {
+                st.opens.store(0, Release);
+            }
+        };
         // Writers of the file wait: a write between the records below would be journaled
         // under a path that is not the file's at that point of the journal.
         let st = inode.file.clone();
@@ -129,7 +182,10 @@ impl<S: Store> Writeback<S> {
             self.journal.append_data(&file, 0, &[]).ok()
         };
         if let Some(Some(d)) = dirty.as_deref_mut() {
-            let m = marker(&to)?;
+            let Some(m) = marker(&to) else {
+                reopen();
+                return None;
+            };
             d.path = to.clone();
             d.max_seq = d.max_seq.max(m);
         }
@@ -137,6 +193,7 @@ impl<S: Store> Writeback<S> {
             from: from.clone(),
             to,
             prov: id.1,
+            replaced: over.as_ref().map(|(t, ..)| t.id().1),
         };
         let seq = match self.journal.append(Record::Ns {
             payload: &op.encode(),
@@ -153,6 +210,7 @@ impl<S: Store> Writeback<S> {
                     }
                     d.path = from;
                 }
+                reopen();
                 return None;
             }
         };
@@ -171,10 +229,25 @@ impl<S: Store> Writeback<S> {
             dirs.entry(newp.id()).or_insert((0, a)).0 += 1;
             self.nsq.dirs_shadowed.store(true, Relaxed);
         }
-        self.ns.prov.rename(id, newp.id(), newname);
         inode.moved_to(newp.clone(), newname);
         drop(dirty);
         drop(_w);
+        if let Some((t, tparent, treserved)) = over {
+            // Withdrawn as by an unlink (`unlink_deferred`), under the same record.
+            let tid = t.id();
+            q.retain(|j| j.inode().id() != tid || matches!(j, Job::Renamed { from: Some(_), .. }));
+            self.drop_dirty(&t);
+            self.ns.prov.refused(tid, Errno::ENOENT);
+            self.c.ns_dropped.fetch_add(1, Relaxed);
+            q.push_back(Job::Drop {
+                seq,
+                inode: t,
+                parent: tparent,
+                reserved: treserved,
+                at: Instant::now(),
+            });
+        }
+        self.ns.prov.rename(id, newp.id(), newname);
         // The directories and the object as the application now sees them: times moved.
         let now = tierfs_store::TimeSpec::now();
         let touch = |a: &mut tierfs_store::Attr| {

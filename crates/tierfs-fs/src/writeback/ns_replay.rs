@@ -60,6 +60,16 @@ pub(crate) struct NsReplayed {
     pub moved: rustc_hash::FxHashMap<u64, Vec<u8>>,
 }
 
+/// Where an object named by a record is after the pending renames that follow it.
+enum Follow {
+    /// Where the record says.
+    Same,
+    /// Moved there by a deferred rename.
+    Moved(Vec<u8>),
+    /// Replaced by a rename over its name before it reached the store.
+    Replaced,
+}
+
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
@@ -84,11 +94,14 @@ pub(crate) fn replay_ns<S: Store>(
     // What the pending records do to names, in journal order: a deferred rename rewrote the
     // create of what it renamed (`ns_rename`), so the flusher made the object under its
     // last name, and so does this replay; a setattr recorded under an earlier name follows.
+    // A rename over an object write-back made (and withdrew) replaces it: that object is
+    // not made, and what was recorded for it under the name does not reach the new one.
     enum Naming {
         Renamed {
             from: Vec<u8>,
             to: Vec<u8>,
             prov: u64,
+            over: bool,
         },
         Other(Vec<u8>),
     }
@@ -96,7 +109,17 @@ pub(crate) fn replay_ns<S: Store>(
         .iter()
         .filter_map(|p| {
             let n = match NsOp::decode(&p.payload).ok()? {
-                NsOp::Rename { from, to, prov } => Naming::Renamed { from, to, prov },
+                NsOp::Rename {
+                    from,
+                    to,
+                    prov,
+                    replaced,
+                } => Naming::Renamed {
+                    from,
+                    to,
+                    prov,
+                    over: replaced.is_some(),
+                },
                 NsOp::Unlink { path, .. } => Naming::Other(path),
                 NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name)),
                 NsOp::SetAttr { .. } => return None,
@@ -111,14 +134,16 @@ pub(crate) fn replay_ns<S: Store>(
     // tens of thousands of setattrs and, as a rule, no rename).
     let renamed_from: rustc_hash::FxHashSet<&[u8]> = naming
         .iter()
-        .filter_map(|(_, n)| match n {
-            Naming::Renamed { from, .. } => Some(&from[..]),
-            Naming::Other(_) => None,
+        .flat_map(|(_, n)| match n {
+            Naming::Renamed { from, to, over, .. } => {
+                vec![&from[..]].into_iter().chain(over.then_some(&to[..]))
+            }
+            Naming::Other(_) => vec![].into_iter().chain(None),
         })
         .collect();
-    let renamed_to = |seq: u64, path: &[u8]| -> Option<Vec<u8>> {
+    let renamed_to = |seq: u64, path: &[u8]| -> Follow {
         if !renamed_from.contains(path) {
-            return None;
+            return Follow::Same;
         }
         let mut cur = path.to_vec();
         let mut found = false;
@@ -129,12 +154,25 @@ pub(crate) fn replay_ns<S: Store>(
                     cur = to.clone();
                     found = true;
                 }
+                Naming::Renamed { to, over: true, .. } if *to == cur => return Follow::Replaced,
                 Naming::Other(p) if *p == cur => break,
                 _ => {}
             }
         }
-        found.then_some(cur)
+        if found {
+            Follow::Moved(cur)
+        } else {
+            Follow::Same
+        }
     };
+    // The creates that a pending rename replaced (withdrawn before the flusher took them).
+    let replaced: rustc_hash::FxHashSet<u64> = pending
+        .iter()
+        .filter_map(|p| match NsOp::decode(&p.payload).ok()? {
+            NsOp::Rename { replaced, .. } => replaced,
+            _ => None,
+        })
+        .collect();
     // The last name a provisional object's pending renames give it, by its CREATE's seq.
     let mut last_name: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
     for (_, n) in &naming {
@@ -168,6 +206,10 @@ pub(crate) fn replay_ns<S: Store>(
         };
         tracing::debug!("write-back replay: namespace record {}: {op:?}", p.seq);
         match &op {
+            NsOp::Create { .. } if replaced.contains(&p.seq) => {
+                // Replaced by a rename before it reached the store: never made.
+                dropped.push(p.seq);
+            }
             NsOp::Create {
                 parent,
                 name,
@@ -267,8 +309,10 @@ pub(crate) fn replay_ns<S: Store>(
                 // Recorded under a name the object left by a deferred rename: it is under the
                 // last one (whatever holds the old name now is another object).
                 let found = match renamed_to(p.seq, path) {
-                    Some(to) => super::replay::open_by_path(store, &to),
-                    None => super::replay::open_by_path(store, path),
+                    Follow::Moved(to) => super::replay::open_by_path(store, &to),
+                    Follow::Same => super::replay::open_by_path(store, path),
+                    // Set on an object a rename replaced: not on what holds its name now.
+                    Follow::Replaced => continue,
                 };
                 match found {
                     Ok((node, _)) => match store.setattr(&node, None, &set) {
@@ -285,9 +329,16 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", path, e)),
                 }
             }
-            NsOp::Rename { to, prov, .. } => {
+            NsOp::Rename {
+                to, prov, replaced, ..
+            } => {
                 // Nothing to do on the store: its CREATE, if pending, made the object under
-                // its last name just now; if not, the flusher did before the crash.
+                // its last name just now; if not, the flusher did before the crash. What it
+                // replaced was never made (above), nor will its data be written.
+                if let Some(r) = replaced.filter(|r| !dropped.contains(r)) {
+                    dropped.push(r);
+                    moved.remove(&r);
+                }
                 if !refused_prov.contains(prov) {
                     moved.insert(*prov, to.clone());
                 }

@@ -82,6 +82,13 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         from: from.as_bytes().to_vec(),
         to: to.as_bytes().to_vec(),
         prov,
+        replaced: None,
+    };
+    let rename_over = |from: &str, to: &str, prov, replaced| NsOp::Rename {
+        from: from.as_bytes().to_vec(),
+        to: to.as_bytes().to_vec(),
+        prov,
+        replaced: Some(replaced),
     };
     let unlink = |path: &str, kind, prov| NsOp::Unlink {
         path: path.as_bytes().to_vec(),
@@ -162,6 +169,17 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         record(34, unlink("a/src", FileKind::Dir, 29)),
         record(35, create_file("a/dst", "p")),
         record(36, rename("a/dst/p", "p2", 35)),
+        // Saved twice before either reached the store: the second save replaces the first
+        // (never made, its chmod not applied to the second), then is moved on.
+        record(37, create_file("a", "s")),
+        record(38, chmod("a/s", 0o600)),
+        record(39, create_file("a", "s.tmp")),
+        record(40, chmod("a/s.tmp", 0o604)),
+        record(41, rename_over("a/s.tmp", "a/s", 39, 37)),
+        record(42, create_file("a", "u.tmp")),
+        record(43, rename("a/u.tmp", "a/u", 42)),
+        record(44, create_file("a", "v")),
+        record(45, rename_over("a/u", "a/v", 42, 44)),
     ];
     std::fs::create_dir(back.join("a/rd2")).unwrap();
     std::fs::write(back.join("a/rd2/theirs"), b"t").unwrap();
@@ -191,7 +209,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
     assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
     assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
-    assert_eq!(r.dropped, vec![4, 6, 3, 101, 102, 25, 27, 29]);
+    assert_eq!(r.dropped, vec![4, 6, 3, 101, 102, 25, 27, 29, 37, 44]);
     assert!(!back.join("a/rd").exists());
     assert!(back.join("a/rd2/theirs").exists());
     assert!(back.join("a/empty-of-someone").exists());
@@ -218,6 +236,12 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     assert!(back.join("p2").is_file() && !back.join("a/dst/p").exists());
     assert_eq!(r.moved.get(&31).map(|p| &p[..]), Some(&b"a/dst/o"[..]));
     assert_eq!(r.moved.get(&35).map(|p| &p[..]), Some(&b"p2"[..]));
+    assert_eq!(mode("a/s"), 0o604);
+    assert!(!back.join("a/s.tmp").exists());
+    assert_eq!(r.moved.get(&39).map(|p| &p[..]), Some(&b"a/s"[..]));
+    assert!(back.join("a/v").is_file() && !back.join("a/u").exists());
+    assert_eq!(r.moved.get(&42).map(|p| &p[..]), Some(&b"a/v"[..]));
+    assert!(!r.moved.contains_key(&37) && !r.moved.contains_key(&44));
     journal.shutdown();
 }
 
