@@ -63,11 +63,26 @@ impl<S: Store> Namespace<S> {
         let i = self.inode(ino)?;
         let np = self.inode(newparent)?;
         let node = self.node(&i)?;
-        let attr = self.sh.store.link(&node, &self.node(&np)?, newname)?;
+        let npnode = self.node(&np)?;
+        let mut attr = self.sh.store.link(&node, &npnode, newname)?;
         // With path identities the new name is an object of its own; the old name's link
         // count moved unseen (and its attributes are not trusted from now on, see
-        // `MetaCache::distrusts`).
-        let node = self.sh.store.relabel(&node, ident(&attr));
+        // `MetaCache::distrusts`). Its node is its own too, looked up under the new name:
+        // the old name's refers to what that name holds (on sshfs, a file of its own, whose
+        // link count an unlink of the old name takes to 0: `git clone` links each pack to
+        // its final name and unlinks the temporary one, and every open of the pack then
+        // failed with ESTALE).
+        let node = if ident(&attr) != i.id() {
+            match self.sh.store.lookup(&npnode, newname) {
+                Ok((n, a)) if ident(&a) == ident(&attr) => {
+                    attr = a;
+                    n
+                }
+                _ => self.sh.store.relabel(&node, ident(&attr)),
+            }
+        } else {
+            self.sh.store.relabel(&node, ident(&attr))
+        };
         if ident(&attr) != i.id() {
             self.meta.drop_attr(i.id());
             if let Some(k) = self.sh.kernel() {
