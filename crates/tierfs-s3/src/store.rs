@@ -45,27 +45,34 @@ pub struct S3Handle {
 
 impl Drop for S3Handle {
     /// The last handle of a staging uploads what is left (a write through a memory map
-    /// arrives after close); then the registry forgets the key.
+    /// arrives after close); then the registry forgets the key. (Left: a clone a reader or
+    /// a stat takes for a moment (`staging_of`) may be the last to let go, and uploads
+    /// nothing. Only writes made after the writers' close could be left out so: not seen.)
     fn drop(&mut self) {
         let Some(s) = self.staging.take() else { return };
-        {
-            // A handle that is not the last lets go under the registry's lock, so of two
-            // handles dropped at once the second sees itself the last (each reading the
-            // count unlocked could see the other's, and neither would upload).
-            let reg = self.ctx.staged.lock();
-            if Arc::strong_count(&s) > 1 {
-                drop(s);
-                drop(reg);
-                return;
+        loop {
+            {
+                // A handle that is not the last lets go under the registry's lock, so of two
+                // handles dropped at once the second sees itself the last (each reading the
+                // count unlocked could see the other's, and neither would upload).
+                let reg = self.ctx.staged.lock();
+                if Arc::strong_count(&s) > 1 {
+                    drop(s);
+                    drop(reg);
+                    return;
+                }
             }
-        }
-        // Still registered while it uploads: an open meanwhile shares it, as before.
-        if s.dirty() {
+            // Still registered while it uploads: an open meanwhile shares it, as before, and
+            // if it wrote and let go meanwhile (seeing this one), this one looks again.
+            if !s.dirty() || s.st.lock().unlinked {
+                break;
+            }
             if let Err(e) = self.ctx.upload(&s) {
                 tracing::error!(
                     "S3: uploading {} at its last close failed: {e}",
                     self.ctx.full_key(&s.rel)
                 );
+                break;
             }
         }
         drop(s);

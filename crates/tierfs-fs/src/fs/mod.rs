@@ -474,7 +474,11 @@ impl<S: Store> Fs<S> {
         self.names_changed(parent);
         let (e, o) = r?;
         if flags & libc::O_TRUNC != 0 {
-            self.publish_truncate(e.ino, o.fh)?;
+            if let Err(err) = self.publish_truncate(e.ino, o.fh) {
+                // The kernel never gets the entry, so it sends no FORGET for it.
+                self.forget(e.ino, 1);
+                return Err(err);
+            }
             self.names_changed(e.ino); // an existing file truncated
         }
         if let Some(i) = self.ns.inodes.get(e.ino) {

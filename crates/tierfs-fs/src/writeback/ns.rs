@@ -310,9 +310,15 @@ impl<S: Store> Writeback<S> {
         let mut creating_in: rustc_hash::FxHashSet<Ident> = rustc_hash::FxHashSet::default();
         for j in q.iter() {
             queued.insert(j.inode().id());
-            if let Job::Create { parent, .. } | Job::Drop { parent, .. } = j {
-                // (A withdrawn create too: its directory's shadow is keyed by the identity
-                // the directory has until it is published.)
+            if let Job::Create { parent, .. }
+            | Job::Drop { parent, .. }
+            | Job::Renamed {
+                from: Some(parent), ..
+            } = j
+            {
+                // (A withdrawn create too, and the directory a queued create was moved out
+                // of: its directory's shadow is keyed by the identity the directory has
+                // until it is published.)
                 creating_in.insert(parent.id());
             }
         }

@@ -103,7 +103,8 @@ pub(crate) fn replay_ns<S: Store>(
             prov: u64,
             over: bool,
         },
-        Other(Vec<u8>),
+        /// A create of the name, or (`gone`) an unlink of what held it.
+        Other(Vec<u8>, bool),
     }
     let naming: Vec<(u64, Naming)> = pending
         .iter()
@@ -120,8 +121,8 @@ pub(crate) fn replay_ns<S: Store>(
                     prov,
                     over: replaced.is_some(),
                 },
-                NsOp::Unlink { path, .. } => Naming::Other(path),
-                NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name)),
+                NsOp::Unlink { path, .. } => Naming::Other(path, true),
+                NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name), false),
                 NsOp::SetAttr { .. } => return None,
             };
             Some((p.seq, n))
@@ -138,7 +139,8 @@ pub(crate) fn replay_ns<S: Store>(
             Naming::Renamed { from, to, over, .. } => {
                 vec![&from[..]].into_iter().chain(over.then_some(&to[..]))
             }
-            Naming::Other(_) => vec![].into_iter().chain(None),
+            Naming::Other(p, true) => vec![&p[..]].into_iter().chain(None),
+            Naming::Other(_, false) => vec![].into_iter().chain(None),
         })
         .collect();
     let renamed_to = |seq: u64, path: &[u8]| -> Follow {
@@ -155,7 +157,9 @@ pub(crate) fn replay_ns<S: Store>(
                     found = true;
                 }
                 Naming::Renamed { to, over: true, .. } if *to == cur => return Follow::Replaced,
-                Naming::Other(p) if *p == cur => break,
+                // Unlinked later: nothing to set (what holds the name after is another's).
+                Naming::Other(p, true) if *p == cur => return Follow::Replaced,
+                Naming::Other(p, false) if *p == cur => break,
                 _ => {}
             }
         }
@@ -165,11 +169,15 @@ pub(crate) fn replay_ns<S: Store>(
             Follow::Same
         }
     };
-    // The creates that a pending rename replaced (withdrawn before the flusher took them).
+    // The creates that a pending rename replaced or a pending unlink removed (withdrawn
+    // before the flusher took them): never made, so that nothing made for them takes the
+    // name from what holds it later (a file renamed there would find an empty file and take
+    // it for its own, which the unlink's replay then removed).
     let replaced: rustc_hash::FxHashSet<u64> = pending
         .iter()
         .filter_map(|p| match NsOp::decode(&p.payload).ok()? {
             NsOp::Rename { replaced, .. } => replaced,
+            NsOp::Unlink { prov, .. } => Some(prov),
             _ => None,
         })
         .collect();
@@ -207,8 +215,11 @@ pub(crate) fn replay_ns<S: Store>(
         tracing::debug!("write-back replay: namespace record {}: {op:?}", p.seq);
         match &op {
             NsOp::Create { .. } if replaced.contains(&p.seq) => {
-                // Replaced by a rename before it reached the store: never made.
-                dropped.push(p.seq);
+                // Replaced or removed before it reached the store: never made (its UNLINK
+                // drops its data records).
+                if !dropped.contains(&p.seq) {
+                    dropped.push(p.seq);
+                }
             }
             NsOp::Create {
                 parent,
@@ -301,19 +312,24 @@ pub(crate) fn replay_ns<S: Store>(
                 made_now.insert(p.seq);
                 moved.insert(p.seq, path);
             }
-            NsOp::SetAttr { path, .. } => {
-                if refused.iter().any(|r| under(path, r)) {
-                    continue;
-                }
+            NsOp::SetAttr { path: recorded, .. } => {
                 let Some(set) = op.set_attr() else { continue };
                 // Recorded under a name the object left by a deferred rename: it is under the
                 // last one (whatever holds the old name now is another object).
-                let found = match renamed_to(p.seq, path) {
-                    Follow::Moved(to) => super::replay::open_by_path(store, &to),
-                    Follow::Same => super::replay::open_by_path(store, path),
-                    // Set on an object a rename replaced: not on what holds its name now.
+                let path = match renamed_to(p.seq, recorded) {
+                    Follow::Moved(to) => to,
+                    Follow::Same => recorded.clone(),
+                    // Set on an object a rename replaced or an unlink removed: not on what
+                    // holds its name now.
                     Follow::Replaced => continue,
                 };
+                let path = &path;
+                // Where it is now was refused (someone else's object is there): not theirs
+                // to change.
+                if refused.iter().any(|r| under(path, r)) {
+                    continue;
+                }
+                let found = super::replay::open_by_path(store, path);
                 match found {
                     Ok((node, _)) => match store.setattr(&node, None, &set) {
                         Ok(_) => {}
@@ -344,7 +360,9 @@ pub(crate) fn replay_ns<S: Store>(
                 }
             }
             NsOp::Unlink { path, kind, prov } => {
-                dropped.push(*prov);
+                if !dropped.contains(prov) {
+                    dropped.push(*prov);
+                }
                 moved.remove(prov);
                 if refused.iter().any(|r| under(path, r)) || !made_now.contains(prov) {
                     // Only what this replay made is ours to remove: without its CREATE

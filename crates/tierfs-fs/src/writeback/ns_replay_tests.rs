@@ -116,7 +116,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         record(7, unlink("a/gone", FileKind::Symlink, 6)),
         // Its create is not pending (covered by a DONE, never made): the name holds
         // someone else's file, which stays, even an empty one, or a symlink.
-        record(8, unlink("a/someone-elses", FileKind::File, 3)),
+        record(8, unlink("a/someone-elses", FileKind::File, 103)),
         // An atomic save: made as a/.f.tmp, chmodded, renamed to a/f, then again.
         record(9, create_file("a", ".f.tmp")),
         record(10, chmod("a/.f.tmp", 0o640)),
@@ -180,6 +180,15 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         record(43, rename("a/u.tmp", "a/u", 42)),
         record(44, create_file("a", "v")),
         record(45, rename_over("a/u", "a/v", 42, 44)),
+        // Unlinked, and its name taken by a rename, before either reached the store: the
+        // unlinked one is never made (made, the renamed file would take it for its own and
+        // the unlink's replay remove it), nor does its chmod reach the renamed file.
+        record(46, create_file("a", "w")),
+        record(47, create_file("a", "w.tmp")),
+        record(48, chmod("a/w", 0o600)),
+        record(49, unlink("a/w", FileKind::File, 46)),
+        record(50, rename("a/w.tmp", "a/w", 47)),
+        record(51, chmod("a/w", 0o640)),
     ];
     std::fs::create_dir(back.join("a/rd2")).unwrap();
     std::fs::write(back.join("a/rd2/theirs"), b"t").unwrap();
@@ -209,7 +218,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
     assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
     assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
-    assert_eq!(r.dropped, vec![4, 6, 3, 101, 102, 25, 27, 29, 37, 44]);
+    assert_eq!(r.dropped, vec![4, 6, 103, 101, 102, 25, 27, 29, 37, 44, 46]);
     assert!(!back.join("a/rd").exists());
     assert!(back.join("a/rd2/theirs").exists());
     assert!(back.join("a/empty-of-someone").exists());
@@ -242,6 +251,8 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     assert!(back.join("a/v").is_file() && !back.join("a/u").exists());
     assert_eq!(r.moved.get(&42).map(|p| &p[..]), Some(&b"a/v"[..]));
     assert!(!r.moved.contains_key(&37) && !r.moved.contains_key(&44));
+    assert_eq!(mode("a/w"), 0o640);
+    assert_eq!(r.moved.get(&47).map(|p| &p[..]), Some(&b"a/w"[..]));
     journal.shutdown();
 }
 
