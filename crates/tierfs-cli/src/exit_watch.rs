@@ -1,6 +1,9 @@
 //! The daemon's promise to exit: within [`EXIT_LIMIT`] of its mount going away (`umount`,
 //! `fusermount3 -uz`) or of SIGINT/SIGTERM, even while calls into the store hang (a network
-//! store that stopped answering). Without it, a daemon whose threads wait on a dead sshfs or
+//! store that stopped answering); or of the last progress of its write-back drain, which
+//! is waited for as long as it gets data and names onto the store (a slow store is not a
+//! hung one: a thousand deferred creates over sshfs take 10 s, and were left to the next
+//! mount). Without it, a daemon whose threads wait on a dead sshfs or
 //! NFS server outlives its mount for as long as the store stays away (20 minutes and more
 //! were seen), and its shutdown's drain of write-back data never ends.
 //!
@@ -39,9 +42,12 @@ impl ExitWatch {
     /// the countdown). `left_behind` says what an early exit leaves for the next mount (it
     /// is called on a thread of its own and given 500 ms: it may touch locks a hung thread
     /// holds).
+    /// `progress` is a count that moves while the shutdown gets work done (read every
+    /// [`POLL`]; it must not block).
     pub fn start(
         dev: Option<String>,
         left_behind: impl Fn() -> String + Send + Sync + 'static,
+        progress: impl Fn() -> u64 + Send + 'static,
     ) -> std::io::Result<ExitWatch> {
         let w = ExitWatch {
             state: Arc::new((Mutex::new(State { leaving: None }), Condvar::new())),
@@ -50,7 +56,7 @@ impl ExitWatch {
         let left_behind = Arc::new(left_behind);
         std::thread::Builder::new()
             .name("tierfs-exit-watch".into())
-            .spawn(move || me.run(dev, left_behind))?;
+            .spawn(move || me.run(dev, left_behind, progress))?;
         Ok(w)
     }
 
@@ -64,7 +70,14 @@ impl ExitWatch {
         }
     }
 
-    fn run(&self, dev: Option<String>, left_behind: Arc<dyn Fn() -> String + Send + Sync>) {
+    fn run(
+        &self,
+        dev: Option<String>,
+        left_behind: Arc<dyn Fn() -> String + Send + Sync>,
+        progress: impl Fn() -> u64,
+    ) {
+        // The last progress seen, and when it moved.
+        let mut last: Option<(u64, Instant)> = None;
         loop {
             let started = {
                 let (m, cv) = &*self.state;
@@ -80,11 +93,23 @@ impl ExitWatch {
                         }
                     }
                 }
-                Some((t, why)) if t.elapsed() >= EXIT_LIMIT => {
+                Some((t, why))
+                    if {
+                        let p = progress();
+                        if last.is_none_or(|(seen, _)| seen != p) {
+                            last = Some((p, Instant::now()));
+                        }
+                        // From the later of the two: the countdown starts again at each step
+                        // of the drain.
+                        let moved = last.map_or(t, |(_, at)| at.max(t));
+                        moved.elapsed() >= EXIT_LIMIT
+                    } =>
+                {
                     let what = bounded(left_behind.clone(), Duration::from_millis(500));
                     tracing::error!(
-                        "{why} {:.0} s ago and the daemon has not finished (store calls still hanging?): exiting now; {what}",
-                        t.elapsed().as_secs_f64()
+                        "{why} {:.0} s ago and the daemon has not finished, with no progress for {} s (store calls still hanging?): exiting now; {what}",
+                        t.elapsed().as_secs_f64(),
+                        EXIT_LIMIT.as_secs()
                     );
                     // Every descriptor goes first: the FUSE device (the kernel fails what
                     // still waits on the mount with ENOTCONN), the cache dir's lock (a new

@@ -488,10 +488,14 @@ fn serve(
     });
     // Exit within 10 s of the mount going away or a signal, even while the store hangs.
     let watch = {
-        let fs = fs.clone();
-        crate::exit_watch::ExitWatch::start(dev, move || left_behind(&fs))
-            .map_err(|e| tracing::warn!("no exit watch ({e}): a hung store may keep the daemon"))
-            .ok()
+        let (fs, fs2) = (fs.clone(), fs.clone());
+        crate::exit_watch::ExitWatch::start(
+            dev,
+            move || left_behind(&fs),
+            move || fs2.drain_progress(),
+        )
+        .map_err(|e| tracing::warn!("no exit watch ({e}): a hung store may keep the daemon"))
+        .ok()
     };
 
     // SIGINT/SIGTERM: unmount cleanly; the session loop then ends and we exit 0.

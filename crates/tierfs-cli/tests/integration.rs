@@ -1713,6 +1713,54 @@ fn set_times(path: &Path, sec: i64) {
 /// and still in an order that keeps every dependency: a directory before what is made in
 /// it, and a directory's times (tar's `utimens`) after the names made in it, which would
 /// move them again. With one thread, one request at a time: the check can fail.
+/// Unmount drains a slow store's whole backlog of deferred names, for as long as the store
+/// makes progress: it used to give up after 5 s and leave the rest in the journal for the
+/// next mount (a thousand creates over sshfs: the store did not have them after unmount).
+#[test]
+fn unmount_waits_for_a_slow_but_working_store_to_get_every_deferred_name() {
+    let wb = tierfs_fs::WbConfig {
+        mode: tierfs_fs::WbMode::Back,
+        journal_size: 256 << 20,
+        namespace_delay: Duration::from_secs(600),
+        namespace_quiet: Duration::from_secs(600),
+        namespace_threads: 1,
+        ..Default::default()
+    };
+    let mut m = FaultMount::with_writeback(tierfs_fs::FsConfig::default(), Some(wb), |_| {});
+    let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
+    const FILES: usize = 300;
+    let data = |k: usize| format!("file {k}\n").repeat(10);
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+        std::fs::create_dir(mnt.join("d")).unwrap();
+        for k in 0..FILES {
+            std::fs::write(mnt.join(format!("d/f{k}")), data(k)).unwrap();
+        }
+    });
+    assert!(!backing.join("d").exists(), "all of it deferred");
+    // 35 ms a request, the names one at a time: 10 s for the names alone.
+    faults.set_latency(Duration::from_millis(35));
+    let t = std::time::Instant::now();
+    // Unmounted and shut down, not mounted again: a new mount would replay what the
+    // journal kept.
+    m.shut_down();
+    let took = t.elapsed();
+    faults.set_latency(Duration::ZERO);
+    let on_store = (0..FILES)
+        .filter(|k| {
+            std::fs::read_to_string(backing.join(format!("d/f{k}"))).is_ok_and(|d| d == data(*k))
+        })
+        .count();
+    assert_eq!(
+        on_store, FILES,
+        "after an unmount that took {took:?}, the store has {on_store} of the {FILES} files whole"
+    );
+    assert!(
+        took > Duration::from_secs(8),
+        "the drain took {took:?}: not slow enough to tell"
+    );
+}
+
 #[test]
 fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
     use tierfs_store::OpClass;

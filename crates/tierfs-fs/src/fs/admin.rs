@@ -112,6 +112,13 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// A count that moves whenever write-back gets something onto the store (a namespace
+    /// operation applied, bytes flushed, a file synced), read without a lock: the exit
+    /// watch waits for a drain that makes progress, not for a store that hangs.
+    pub fn drain_progress(&self) -> u64 {
+        self.wb().map_or(0, |wb| wb.progress())
+    }
+
     /// Unmount (or SIGTERM): drains every dirty byte to the backing store, then stops the
     /// flushers and closes the journal.
     pub fn shutdown_writeback(&self) {

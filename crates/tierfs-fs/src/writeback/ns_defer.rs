@@ -491,13 +491,21 @@ impl<S: Store> Writeback<S> {
         }
     }
 
-    /// [`Writeback::drain_ns`] for at most `limit` (unmount with a store that does not answer).
+    /// [`Writeback::drain_ns`] until it is done or has made no progress for `limit` (unmount
+    /// with a store that does not answer; a slow one that answers is waited for: a fixed
+    /// limit left a thousand creates over sshfs, 10 s of work, to the next mount).
     pub(crate) fn drain_ns_for(&self, limit: Duration) -> bool {
         let target = self.nsq.appended.load(Acquire);
-        let deadline = Instant::now() + limit;
+        let mut deadline = Instant::now() + limit;
+        let mut seen = self.progress();
         self.nsq.urgent.fetch_max(target, AcqRel);
         let mut g = self.nsq.applied.lock();
         while *g < target {
+            let now = self.progress();
+            if now != seen {
+                seen = now;
+                deadline = Instant::now() + limit;
+            }
             if Instant::now() >= deadline {
                 return false;
             }
@@ -507,6 +515,19 @@ impl<S: Store> Writeback<S> {
                 .wait_for(&mut g, Duration::from_millis(100));
         }
         true
+    }
+
+    /// See [`crate::Fs::drain_progress`].
+    pub(crate) fn progress(&self) -> u64 {
+        [
+            &self.c.ns_applied,
+            &self.c.ns_conflicts,
+            &self.c.flushed_bytes,
+            &self.c.flush_syncs,
+        ]
+        .iter()
+        .map(|c| c.load(Relaxed))
+        .fold(0u64, u64::wrapping_add)
     }
 
     /// Deferred operations not yet applied, and the age of the oldest, ms.
