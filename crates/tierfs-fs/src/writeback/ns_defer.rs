@@ -517,7 +517,8 @@ impl<S: Store> Writeback<S> {
         true
     }
 
-    /// See [`crate::Fs::drain_progress`].
+    /// A count that moves whenever write-back gets something onto the store: operations
+    /// applied, bytes flushed, files synced (the exit watch waits while it moves).
     pub(crate) fn progress(&self) -> u64 {
         [
             &self.c.ns_applied,
