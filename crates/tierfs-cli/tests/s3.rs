@@ -479,21 +479,29 @@ fn a_file_grown_in_write_back_reads_back_whole_during_its_upload() {
     });
     assert!(wrong.is_empty(), "rounds that read back wrong: {wrong:?}");
     m.unmount_and_wait();
-    // Every round's object, whole: the rounds that are wrong, each with its size.
-    let in_bucket: Vec<(u64, usize)> = (0..25u64)
+    assert_bucket_holds(&server, "f", |round| {
+        let mut want = seeded_bytes(round, 5000);
+        want.resize(9000, 0);
+        want.extend_from_slice(b"fresh");
+        want
+    });
+    assert_lost_empty(&m);
+}
+
+/// Objects `pre/{prefix}0` to `pre/{prefix}24` of bucket `data` hold `want(round)`; else
+/// the rounds that are wrong, each with its size.
+fn assert_bucket_holds(server: &S3Server, prefix: &str, want: impl Fn(u64) -> Vec<u8>) {
+    let wrong: Vec<(u64, usize)> = (0..25u64)
         .filter_map(|round| {
-            let b = std::fs::read(server.dir.path().join(format!("data/pre/f{round}"))).unwrap();
-            let mut want = seeded_bytes(round, 5000);
-            want.resize(9000, 0);
-            want.extend_from_slice(b"fresh");
-            (b != want).then_some((round, b.len()))
+            let p = server.dir.path().join(format!("data/pre/{prefix}{round}"));
+            let b = std::fs::read(p).unwrap();
+            (b != want(round)).then_some((round, b.len()))
         })
         .collect();
     assert!(
-        in_bucket.is_empty(),
-        "(round, size) of the objects wrong in the bucket after the unmount: {in_bucket:?}"
+        wrong.is_empty(),
+        "(round, size) of the objects wrong in the bucket after the unmount: {wrong:?}"
     );
-    assert_lost_empty(&m);
 }
 
 /// Nothing was taken for another writer's change: `journal/lost` holds no file.
@@ -540,15 +548,8 @@ fn files_overwritten_in_write_back_land_whole_and_nothing_is_taken_for_a_conflic
     });
     assert!(wrong.is_empty(), "rounds that read back wrong: {wrong:?}");
     m.unmount_and_wait();
-    let in_bucket: Vec<(u64, usize)> = (0..25u64)
-        .filter_map(|round| {
-            let b = std::fs::read(server.dir.path().join(format!("data/pre/g{round}"))).unwrap();
-            (b != seeded_bytes(round + 100, 3000 + round as usize)).then_some((round, b.len()))
-        })
-        .collect();
-    assert!(
-        in_bucket.is_empty(),
-        "(round, size) of the objects wrong in the bucket after the unmount: {in_bucket:?}"
-    );
+    assert_bucket_holds(&server, "g", |round| {
+        seeded_bytes(round + 100, 3000 + round as usize)
+    });
     assert_lost_empty(&m);
 }

@@ -1897,14 +1897,7 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
     // The kernel sends RELEASE after close(2) returns: give it time to arrive, since an
     // unlink of a file the daemon still counts as open is not deferred.
     let released = || std::thread::sleep(Duration::from_millis(300));
-    let names = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = sorted_names;
     let (waited, dropped, listed) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let (mnt, backing) = (mnt.clone(), backing.clone());
         move || {
@@ -2024,14 +2017,7 @@ fn an_atomic_save_of_a_new_file_waits_for_nothing_and_lands_whole() {
     ]);
     let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
     let data = |k: usize| seeded_bytes(k as u64, 10_000 + 3_000 * k);
-    let names = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = sorted_names;
     let save = |dir: &Path, name: &str, bytes: &[u8]| {
         let tmp = dir.join(format!(".{name}.tmp"));
         std::fs::write(&tmp, bytes).unwrap();
@@ -2129,14 +2115,7 @@ fn a_new_file_moved_to_another_directory_waits_for_nothing_and_lands_whole() {
     let m = BinMount::new(&opts);
     let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
     let data = |k: usize| seeded_bytes(k as u64, 7_000 + 1_000 * k);
-    let names = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = sorted_names;
     let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let mnt = mnt.clone();
         move || {
@@ -2249,14 +2228,7 @@ fn a_new_file_saved_again_before_it_reached_the_store_waits_for_nothing() {
         std::fs::write(&lock, bytes).unwrap();
         std::fs::rename(&lock, p).unwrap();
     };
-    let names = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = sorted_names;
     let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let mnt = mnt.clone();
         move || {
@@ -2316,4 +2288,14 @@ fn a_new_file_saved_again_before_it_reached_the_store_waits_for_nothing() {
         lost_names(&m.cache.join("journal")).is_empty(),
         "nothing staged as lost"
     );
+}
+
+/// The names in directory `d`, sorted.
+fn sorted_names(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
