@@ -5,11 +5,13 @@
 use super::ns_queue::{Job, NewObject};
 use super::ns_record::NsOp;
 use super::Writeback;
+use crate::file_state::DROPPED;
 use crate::identity::Ident;
 use crate::inode::Inode;
 use crate::meta::NameLookup;
 use crate::namespace::{is_provisional, ProvLookup, Requester};
 use crate::shared::St;
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{
@@ -22,10 +24,7 @@ use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 /// The directory and reserved bytes of the create of `id` if it is queued and the flusher
 /// never took it (once taken, even if put back, it may be on the store).
-pub(super) fn untried_create<S: Store>(
-    q: &std::collections::VecDeque<Job<S>>,
-    id: Ident,
-) -> Option<(Arc<Inode<St<S>>>, u64)> {
+fn untried_create<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> Option<(Arc<Inode<St<S>>>, u64)> {
     q.iter().find_map(|j| match j {
         Job::Create {
             inode,
@@ -36,6 +35,31 @@ pub(super) fn untried_create<S: Store>(
         } if inode.id() == id => Some((parent.clone(), *reserved)),
         _ => None,
     })
+}
+
+/// Takes `inode`'s queued create for withdrawal (an unlink, or a rename over it), or None:
+/// the create must still be queued and never taken by the flusher (once taken, it may be on
+/// the store), and from here on no open gets the file (an open that comes now fails, as
+/// after the unlink; one that came before keeps it). Returns the create's directory and
+/// reserved bytes. [`give_back`] if the withdrawal's record is not journaled.
+pub(super) fn claim_withdrawal<S: Store>(
+    q: &VecDeque<Job<S>>,
+    inode: &Arc<Inode<St<S>>>,
+) -> Option<(Arc<Inode<St<S>>>, u64)> {
+    let claimed = untried_create(q, inode.id())?;
+    let closed = inode.file.as_ref().is_none_or(|st| {
+        st.opens
+            .compare_exchange(0, DROPPED, AcqRel, Acquire)
+            .is_ok()
+    });
+    closed.then_some(claimed)
+}
+
+/// Undoes [`claim_withdrawal`]'s hold on opens.
+pub(super) fn give_back<S: Store>(inode: &Inode<St<S>>) {
+    if let Some(st) = &inode.file {
+        st.opens.store(0, Release);
+    }
 }
 
 impl<S: Store> Writeback<S> {
@@ -93,11 +117,10 @@ impl<S: Store> Writeback<S> {
         };
         // What the store will make of owner and mode: a directory with the setgid bit gives
         // its group to what is made in it, and the bit to a directory made in it.
-        let shadow = self.nsq.dirs.lock().get(&p.id()).map(|(_, a)| *a);
-        let pattr = match (self.ns.prov.attr(p.id()), shadow) {
-            (Some(a), _) | (None, Some(a)) => a,
-            (None, None) if io => self.ns.store_attr(p)?,
-            (None, None) => match self.ns.meta.attr(p.id()) {
+        let pattr = match self.deferred_dir_attr(p.id()) {
+            Some(a) => a,
+            None if io => self.ns.store_attr(p)?,
+            None => match self.ns.meta.attr(p.id()) {
                 Some((a, _)) => a,
                 None => return Ok(None),
             },
@@ -290,46 +313,21 @@ impl<S: Store> Writeback<S> {
             (None, FileKind::Symlink) => {}
             _ => return None,
         }
-        let id = inode.id();
         let path = self.backing_path(&inode)?;
         let mut q = self.nsq.q.lock();
-        // Its create must still be queued: once the flusher has taken it, it may be on the
-        // store.
-        let (parent, reserved) = untried_create(&q, id)?;
-        // No open from here on (an open that comes now fails, as after the unlink); one
-        // that came since the check above keeps the file.
-        let st = inode.file.clone();
-        let closed = st.as_ref().is_none_or(|st| {
-            st.opens
-                .compare_exchange(0, crate::file_state::DROPPED, AcqRel, Acquire)
-                .is_ok()
-        });
-        if !closed {
-            return None;
-        }
-        let reopen = || {
-            if let Some(st) = &st {
-                st.opens.store(0, Release);
-            }
-        };
+        let (parent, reserved) = claim_withdrawal(&q, &inode)?;
         let op = NsOp::Unlink {
             path,
             kind: attr.kind,
-            prov: id.1,
+            prov: inode.id().1,
         };
         let Ok(seq) = self.journal.append(Record::Ns {
             payload: &op.encode(),
         }) else {
-            reopen();
+            give_back(&inode);
             return None;
         };
-        // (A move's job stays: the directory it left counts the create until it is applied.)
-        q.retain(|j| j.inode().id() != id || matches!(j, Job::Renamed { from: Some(_), .. }));
-        // Its data first, while the data flushers still leave it alone (it waits for its
-        // create); then the name goes, and whatever waits for the object fails: it never
-        // reaches the store.
-        self.drop_dirty(&inode);
-        self.ns.prov.refused(id, Errno::ENOENT);
+        self.withdraw(&mut q, &inode);
         // The directory as the application now sees it: its times moved.
         let now = tierfs_store::TimeSpec::now();
         self.withdrawn(q, seq, inode, parent, reserved, |a| {
@@ -337,6 +335,28 @@ impl<S: Store> Writeback<S> {
             a.ctime = now;
         });
         Some(())
+    }
+
+    /// After the record that withdraws `inode`'s create (see [`claim_withdrawal`]): the
+    /// create and its setattrs leave the queue (a move's job stays: the directory it left
+    /// counts the create until that job is applied), its data is dropped, while the data
+    /// flushers still leave it alone (it waits for its create), then its name goes, and
+    /// whatever waits for the object fails: it never reaches the store.
+    pub(super) fn withdraw(&self, q: &mut VecDeque<Job<S>>, inode: &Arc<Inode<St<S>>>) {
+        let id = inode.id();
+        q.retain(|j| j.inode().id() != id || matches!(j, Job::Renamed { from: Some(_), .. }));
+        self.drop_dirty(inode);
+        self.ns.prov.refused(id, Errno::ENOENT);
+    }
+
+    /// The directory attributes the application is shown while deferred operations are
+    /// on their way: a provisional directory's own, or the shadow of a directory of the
+    /// store with deferred names in it. None: neither (ask the metadata cache or the store).
+    pub(super) fn deferred_dir_attr(&self, dir: Ident) -> Option<Attr> {
+        self.ns
+            .prov
+            .attr(dir)
+            .or_else(|| self.nsq.dirs.lock().get(&dir).map(|(_, a)| *a))
     }
 
     /// Queues the DROP job of a create withdrawn by an unlink or rmdir (record `seq`), and
@@ -393,7 +413,7 @@ impl<S: Store> Writeback<S> {
         }
         let path = self.backing_path(&inode)?;
         let mut q = self.nsq.q.lock();
-        let (parent, reserved) = untried_create(&q, id)?;
+        let (parent, reserved) = claim_withdrawal(&q, &inode)?;
         // Nothing made in it may still be on its way (its names are all gone, so none is).
         if q.iter()
             .any(|j| matches!(j, Job::Create { parent: d, .. } if d.id() == id))
@@ -411,8 +431,7 @@ impl<S: Store> Writeback<S> {
                 payload: &op.encode(),
             })
             .ok()?;
-        q.retain(|j| j.inode().id() != id);
-        self.ns.prov.refused(id, Errno::ENOENT);
+        self.withdraw(&mut q, &inode);
         // Its directory as the application now sees it: one link fewer, times moved.
         let now = tierfs_store::TimeSpec::now();
         self.withdrawn(q, seq, inode, parent, reserved, |a| {

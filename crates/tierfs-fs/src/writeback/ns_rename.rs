@@ -7,8 +7,9 @@
 //! The queued create is rewritten to make the new name, so the store never has the old one
 //! (nothing to hide in its listings meanwhile). In another directory, that directory must be
 //! on the store before the create, and before the create's record at replay: it is a
-//! directory of the store, or one write-back made whose mkdir comes earlier in the journal. For replay, three things are journaled, in
-//! this order, while the file's writers are held off:
+//! directory of the store, or one write-back made whose mkdir comes earlier in the journal.
+//! For replay, three things are journaled, in this order, while the file's writers are held
+//! off:
 //!
 //! 1. if the file has dirty data, an empty DATA record under the new path: replay names a
 //!    file's writes by the path of its last record, and after the rename's DONE the records
@@ -21,22 +22,21 @@
 //! A crash between 1 and 2 leaves a journal whose CREATE (still pending: its DONE could only
 //! come later) names the old path, which replay then gives the data (`ns_replay`).
 
-use super::ns_defer::untried_create;
+use super::ns_defer::{claim_withdrawal, give_back};
 use super::ns_queue::Job;
 use super::ns_record::NsOp;
 use super::Writeback;
-use crate::file_state::DROPPED;
 use crate::inode::Inode;
 use crate::meta::NameLookup;
 use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::{FileRef, Record};
-use tierfs_store::{Errno, FileKind, Store};
+use tierfs_store::{FileKind, Store};
 
 impl<S: Store> Writeback<S> {
     /// Renames provisional object `name` of directory `p` to `newname` in directory `newp`
@@ -92,12 +92,8 @@ impl<S: Store> Writeback<S> {
         };
         // The new directory as the application sees it (its shadow's base if it has none).
         let newp_attr = if moves {
-            let shadow = self.nsq.dirs.lock().get(&newp.id()).map(|(_, a)| *a);
-            let a = match (self.ns.prov.attr(newp.id()), shadow) {
-                (Some(a), _) | (None, Some(a)) => a,
-                (None, None) => self.ns.meta.attr(newp.id())?.0,
-            };
-            Some(a)
+            let cached = || self.ns.meta.attr(newp.id()).map(|(a, _)| a);
+            Some(self.deferred_dir_attr(newp.id()).or_else(cached)?)
         } else {
             None
         };
@@ -144,27 +140,18 @@ impl<S: Store> Writeback<S> {
         {
             return None;
         }
-        // What the new name holds goes as by an unlink: it must still be queued, and from here
-        // on no open gets it (as in `unlink_deferred`); given back if the rename is not
-        // journaled.
+        // What the new name holds goes as by an unlink (`unlink_deferred`), given back if
+        // the rename is not journaled.
         let over = match target {
             Some(t) => {
-                let (tparent, treserved) = untried_create(&q, t.id())?;
-                let closed = t.file.as_ref().is_none_or(|st| {
-                    st.opens
-                        .compare_exchange(0, DROPPED, AcqRel, Acquire)
-                        .is_ok()
-                });
-                if !closed {
-                    return None;
-                }
+                let (tparent, treserved) = claim_withdrawal(&q, &t)?;
                 Some((t, tparent, treserved))
             }
             None => None,
         };
         let reopen = || {
-            if let Some(st) = over.as_ref().and_then(|(t, ..)| t.file.as_ref()) {
-                st.opens.store(0, Release);
+            if let Some((t, ..)) = &over {
+                give_back(t);
             }
         };
         // Writers of the file wait: a write between the records below would be journaled
@@ -234,10 +221,7 @@ impl<S: Store> Writeback<S> {
         drop(_w);
         if let Some((t, tparent, treserved)) = over {
             // Withdrawn as by an unlink (`unlink_deferred`), under the same record.
-            let tid = t.id();
-            q.retain(|j| j.inode().id() != tid || matches!(j, Job::Renamed { from: Some(_), .. }));
-            self.drop_dirty(&t);
-            self.ns.prov.refused(tid, Errno::ENOENT);
+            self.withdraw(&mut q, &t);
             self.c.ns_dropped.fetch_add(1, Relaxed);
             q.push_back(Job::Drop {
                 seq,

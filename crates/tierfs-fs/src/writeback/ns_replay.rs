@@ -131,18 +131,24 @@ pub(crate) fn replay_ns<S: Store>(
     // The name the object called `path` after record `seq` has at the end of the pending
     // renames, if they moved it (until an unlink or create of the name it has, which says
     // the object went or the name is another's).
-    // Only a path some pending rename moves from needs the walk (a replay of an untar has
-    // tens of thousands of setattrs and, as a rule, no rename).
-    let renamed_from: rustc_hash::FxHashSet<&[u8]> = naming
-        .iter()
-        .flat_map(|(_, n)| match n {
+    // Only a path some pending rename moves from, or a rename over or an unlink takes from
+    // its object, needs the walk (a replay of an untar has tens of thousands of setattrs
+    // and, as a rule, none of these).
+    let mut renamed_from: rustc_hash::FxHashSet<&[u8]> = Default::default();
+    for (_, n) in &naming {
+        match n {
             Naming::Renamed { from, to, over, .. } => {
-                vec![&from[..]].into_iter().chain(over.then_some(&to[..]))
+                renamed_from.insert(from);
+                if *over {
+                    renamed_from.insert(to);
+                }
             }
-            Naming::Other(p, true) => vec![&p[..]].into_iter().chain(None),
-            Naming::Other(_, false) => vec![].into_iter().chain(None),
-        })
-        .collect();
+            Naming::Other(p, true) => {
+                renamed_from.insert(p);
+            }
+            Naming::Other(_, false) => {}
+        }
+    }
     let renamed_to = |seq: u64, path: &[u8]| -> Follow {
         if !renamed_from.contains(path) {
             return Follow::Same;
