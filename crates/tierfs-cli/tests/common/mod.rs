@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod hog;
 pub mod memory;
+pub mod sshfs;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -69,7 +69,13 @@ impl<S: Store> Writeback<S> {
                     wb.nsq.wake.wait_for(&mut q, wait);
                     continue;
                 }
-                let n = q.len().min(GROUP_MAX);
+                // Jobs of one record (a rename over queues a Drop and a Renamed under one
+                // seq) go in one group: split, the DONE of the first would cover the
+                // second's record while it is still queued, and a drain would return then.
+                let mut n = q.len().min(GROUP_MAX);
+                while n < q.len() && q[n].seq() == q[n - 1].seq() {
+                    n += 1;
+                }
                 let b: Vec<Job<S>> = q.drain(..n).collect();
                 *wb.nsq.in_flight.lock() = (b.len(), b.first().map(|j| j.at()));
                 b

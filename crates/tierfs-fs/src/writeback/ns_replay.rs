@@ -51,10 +51,10 @@ pub(crate) struct NsReplayed {
     pub refused: Vec<Vec<u8>>,
     /// The same for provisional files, by the seq of their CREATE (a refused path may be
     /// another file's later: names freed by deferred renames and unlinks are used again).
-    pub refused_prov: Vec<u64>,
+    pub refused_prov: rustc_hash::FxHashSet<u64>,
     /// Provisional files unlinked before they reached the store (by the seq of their
     /// CREATE, their journal key's inode part): their data records are dropped.
-    pub dropped: Vec<u64>,
+    pub dropped: rustc_hash::FxHashSet<u64>,
     /// Where provisional files made or renamed by a pending record are now (by the seq of
     /// their CREATE): their data records go there, whatever path the last of them names.
     pub moved: rustc_hash::FxHashMap<u64, Vec<u8>>,
@@ -85,12 +85,12 @@ pub(crate) fn replay_ns<S: Store>(
     c: &WbCounters,
 ) -> std::result::Result<NsReplayed, String> {
     let mut refused: Vec<Vec<u8>> = Vec::new();
-    let mut dropped: Vec<u64> = Vec::new();
+    let mut dropped: rustc_hash::FxHashSet<u64> = Default::default();
     let mut moved: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
     // Provisional objects this replay made from their CREATE records (by its seq).
     let mut made_now: rustc_hash::FxHashSet<u64> = Default::default();
     let mut dirs: Vec<Vec<u8>> = Vec::new();
-    let mut refused_prov: Vec<u64> = Vec::new();
+    let mut refused_prov: rustc_hash::FxHashSet<u64> = Default::default();
     // What the pending records do to names, in journal order: a deferred rename rewrote the
     // create of what it renamed (`ns_rename`), so the flusher made the object under its
     // last name, and so does this replay; a setattr recorded under an earlier name follows.
@@ -223,9 +223,7 @@ pub(crate) fn replay_ns<S: Store>(
             NsOp::Create { .. } if replaced.contains(&p.seq) => {
                 // Replaced or removed before it reached the store: never made (its UNLINK
                 // drops its data records).
-                if !dropped.contains(&p.seq) {
-                    dropped.push(p.seq);
-                }
+                dropped.insert(p.seq);
             }
             NsOp::Create {
                 parent,
@@ -246,7 +244,7 @@ pub(crate) fn replay_ns<S: Store>(
                 let (parent, name) = (&parent.to_vec(), &name.to_vec());
                 if refused.iter().any(|r| under(parent, r)) {
                     refused.push(path);
-                    refused_prov.push(p.seq);
+                    refused_prov.insert(p.seq);
                     continue;
                 }
                 let pnode = match super::replay::open_by_path(store, parent) {
@@ -258,7 +256,7 @@ pub(crate) fn replay_ns<S: Store>(
                         );
                         c.ns_conflicts.fetch_add(1, Relaxed);
                         refused.push(path);
-                        refused_prov.push(p.seq);
+                        refused_prov.insert(p.seq);
                         continue;
                     }
                     Err(e) => return Err(fail("looking up", parent, e)),
@@ -300,14 +298,14 @@ pub(crate) fn replay_ns<S: Store>(
                             );
                             c.ns_conflicts.fetch_add(1, Relaxed);
                             refused.push(path);
-                            refused_prov.push(p.seq);
+                            refused_prov.insert(p.seq);
                             continue;
                         }
                     }
                     Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => {
                         c.ns_conflicts.fetch_add(1, Relaxed);
                         refused.push(path);
-                        refused_prov.push(p.seq);
+                        refused_prov.insert(p.seq);
                         continue;
                     }
                     Err(e) => return Err(fail("creating", &path, e)),
@@ -357,8 +355,8 @@ pub(crate) fn replay_ns<S: Store>(
                 // Nothing to do on the store: its CREATE, if pending, made the object under
                 // its last name just now; if not, the flusher did before the crash. What it
                 // replaced was never made (above), nor will its data be written.
-                if let Some(r) = replaced.filter(|r| !dropped.contains(r)) {
-                    dropped.push(r);
+                if let Some(r) = *replaced {
+                    dropped.insert(r);
                     moved.remove(&r);
                 }
                 if !refused_prov.contains(prov) {
@@ -366,9 +364,7 @@ pub(crate) fn replay_ns<S: Store>(
                 }
             }
             NsOp::Unlink { path, kind, prov } => {
-                if !dropped.contains(prov) {
-                    dropped.push(*prov);
-                }
+                dropped.insert(*prov);
                 moved.remove(prov);
                 if refused.iter().any(|r| under(path, r)) || !made_now.contains(prov) {
                     // Only what this replay made is ours to remove: without its CREATE

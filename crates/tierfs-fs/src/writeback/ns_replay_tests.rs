@@ -218,7 +218,9 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     assert!(std::fs::symlink_metadata(back.join("a/tmp")).is_err());
     assert!(std::fs::symlink_metadata(back.join("a/gone")).is_err());
     assert_eq!(std::fs::read(back.join("a/someone-elses")).unwrap(), b"x");
-    assert_eq!(r.dropped, vec![4, 6, 103, 101, 102, 25, 27, 29, 37, 44, 46]);
+    let mut dropped: Vec<u64> = r.dropped.iter().copied().collect();
+    dropped.sort_unstable();
+    assert_eq!(dropped, vec![4, 6, 25, 27, 29, 37, 44, 46, 101, 102, 103]);
     assert!(!back.join("a/rd").exists());
     assert!(back.join("a/rd2/theirs").exists());
     assert!(back.join("a/empty-of-someone").exists());
@@ -231,7 +233,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
             .mode()
             & 0o777
     };
-    assert_eq!(r.refused_prov, vec![3]);
+    assert_eq!(r.refused_prov.iter().copied().collect::<Vec<_>>(), vec![3]);
     assert!(back.join("a/x").is_file() && back.join("a/x.tmp/f").is_file());
     assert_eq!(mode("a/y"), 0o640);
     assert_eq!(r.moved.get(&17).map(|p| &p[..]), Some(&b"a/x"[..]));
