@@ -107,6 +107,20 @@ impl Writer {
                     let wait = self.sh.cfg.sync_interval;
                     self.sh.writer_cv.wait_for(&mut st, wait);
                 }
+                if st.woken {
+                    // Woken by an append: let the ones right behind it join the batch, unless
+                    // someone waits (a sync, an append short of room: they wake us again).
+                    let until = Instant::now() + super::LINGER;
+                    while !self.must_sync(&st)
+                        && st.sync_want <= self.written_seq
+                        && st.queued < super::wake_bytes(&self.sh.cfg)
+                        && st.space_waiters == 0
+                        && !st.shutdown
+                        && !self.sh.writer_cv.wait_until(&mut st, until).timed_out()
+                    {
+                    }
+                }
+                st.woken = false;
                 st.queued = 0;
                 std::mem::take(&mut st.runs)
             };
