@@ -1830,6 +1830,114 @@ fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
     }
 }
 
+/// Issue 15: a file write-back made, renamed in its directory to a free name after the
+/// namespace flusher took its create (what `git` does with `index.lock` once a checkout's
+/// creates are queued behind it): the rename is queued for the store (`ns_move`) and waits for
+/// nothing. Meanwhile the old name, which the store already has, is neither listed nor found;
+/// the same name is made anew and moved again (a second lock); at the end the store has the
+/// new names with their data and not the lock.
+#[test]
+fn a_lock_file_renamed_after_the_flusher_took_its_create_waits_for_nothing() {
+    let wb = tierfs_fs::WbConfig {
+        mode: tierfs_fs::WbMode::Back,
+        journal_size: 256 << 20,
+        namespace_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    // No store lookups of the new names (the listing answers them): the store's latency
+    // then falls on the flusher alone.
+    let cfg = tierfs_fs::FsConfig {
+        meta_ttl: Duration::from_secs(3600),
+        meta_cto: false,
+        ..Default::default()
+    };
+    let m = FaultMount::with_writeback(cfg, Some(wb), |b| {
+        std::fs::create_dir(b.join("d")).unwrap();
+    });
+    let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
+    let m = with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let d = mnt.join("d");
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(names().is_empty());
+        let waits = |m: &FaultMount| n(&m.stats(), "writeback.namespace.waits");
+        let before = waits(&m);
+        // Every create takes 500 ms at the store: the flusher is in it while we rename.
+        faults.set_class_latency(tierfs_store::OpClass::Write, Duration::from_millis(500));
+        for (k, lock, to) in [(1u8, "index.lock", "index"), (2, "index.lock", "config")] {
+            std::fs::write(d.join(lock), vec![k; 5000 * k as usize]).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            let t = Instant::now();
+            std::fs::rename(d.join(lock), d.join(to)).unwrap();
+            assert!(
+                t.elapsed() < Duration::from_millis(300),
+                "{lock} -> {to}: {:?}",
+                t.elapsed()
+            );
+            // The store may have the lock by now; the application does not see it.
+            assert_eq!(
+                std::fs::metadata(d.join(lock)).unwrap_err().raw_os_error(),
+                Some(libc::ENOENT)
+            );
+            assert!(!names().contains(&lock.to_string()), "{:?}", names());
+            assert_eq!(
+                std::fs::read(d.join(to)).unwrap(),
+                vec![k; 5000 * k as usize]
+            );
+        }
+        assert_eq!(names(), vec!["config", "index"]);
+        assert_eq!(
+            waits(&m),
+            before,
+            "a rename waited for the namespace flusher"
+        );
+        assert!(n(&m.stats(), "writeback.namespace.deferred") >= 4);
+        // Until the store has caught up, the lock, which it has for a while, is never shown.
+        let t = Instant::now();
+        while backing.join("d/index.lock").exists() || !backing.join("d/config").exists() {
+            assert!(
+                !names().contains(&"index.lock".to_string()),
+                "{:?}",
+                names()
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the moves never reached the store"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        faults.set_class_latency(tierfs_store::OpClass::Write, Duration::ZERO);
+        // Everything on the store: the new names whole, no lock left.
+        File::open(&d).unwrap().sync_all().unwrap();
+        for (k, to) in [(1u8, "index"), (2, "config")] {
+            File::open(d.join(to)).unwrap().sync_all().unwrap();
+            assert_eq!(
+                std::fs::read(backing.join("d").join(to)).unwrap(),
+                vec![k; 5000 * k as usize]
+            );
+        }
+        assert!(!backing.join("d/index.lock").exists());
+        assert_eq!(names(), vec!["config", "index"]);
+        m
+    });
+    let m = m.remount();
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("d/index")).unwrap(), vec![1u8; 5000]);
+        assert_eq!(
+            std::fs::read(mnt.join("d/config")).unwrap(),
+            vec![2u8; 10000]
+        );
+        assert!(!mnt.join("d/index.lock").exists());
+    });
+}
+
 /// Issue 15: the store fails (EIO) in the middle of a group the namespace flusher applies
 /// several operations of at once. What was applied before the failure is kept, what came
 /// after it is applied again once the store is back (a create finds the object it made:

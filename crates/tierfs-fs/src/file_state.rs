@@ -87,6 +87,9 @@ pub struct FileState {
     /// Created by us in write-back mode: its directory is synced before the journal lets
     /// go of its data.
     pub created: AtomicBool,
+    /// The seq of the last DONE recorded for the file's flushed data: fsync waits for it to
+    /// be durable (a replay would otherwise write older records over what it acknowledged).
+    pub done_seq: AtomicU64,
     /// An error of a flush that settled the file anyway (its data kept in the lost
     /// directory), for the application's next fsync or close.
     pub pending_error: Mutex<Option<tierfs_store::Errno>>,
@@ -118,6 +121,7 @@ impl FileState {
             retry_at_ms: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(0),
             created: AtomicBool::new(false),
+            done_seq: AtomicU64::new(0),
             pending_error: Mutex::new(None),
             served: Default::default(),
             opens: AtomicU32::new(0),

@@ -24,6 +24,8 @@ pub enum OpClass {
 #[derive(Default)]
 pub struct FaultConfig {
     latency_us: AtomicU64,
+    /// Latency added to one class of operations only (see [`FaultConfig::set_class_latency`]).
+    class_latency_us: [AtomicU64; 3],
     errno: [AtomicI32; 3],
     hung: Mutex<bool>,
     unhung: Condvar,
@@ -47,6 +49,12 @@ impl FaultConfig {
     pub fn set_latency(&self, d: Duration) {
         self.latency_us
             .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+    /// Adds this much latency to the operations of `class` alone (the larger of this and
+    /// [`FaultConfig::set_latency`] applies): a store slow to make objects whose lookups
+    /// still answer at once.
+    pub fn set_class_latency(&self, class: OpClass, d: Duration) {
+        self.class_latency_us[class as usize].store(d.as_micros() as u64, Ordering::Relaxed);
     }
     /// Makes every operation of `class` fail with `errno` (`None` heals it).
     pub fn fail(&self, class: OpClass, errno: Option<i32>) {
@@ -99,7 +107,10 @@ impl FaultConfig {
                 self.unhung.wait(&mut hung);
             }
         }
-        let lat = self.latency_us.load(Ordering::Relaxed);
+        let lat = self
+            .latency_us
+            .load(Ordering::Relaxed)
+            .max(self.class_latency_us[class as usize].load(Ordering::Relaxed));
         if lat > 0 {
             let c = class as usize;
             let now = self.waiting[c].fetch_add(1, Ordering::Relaxed) + 1;

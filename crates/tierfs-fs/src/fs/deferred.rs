@@ -25,6 +25,32 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// Before an unlink of `parent/name` (`to` None) or its rename to `to` done on the
+    /// store: the deferred operations it depends on are on the store (`ns_narrow`: fewer
+    /// than all of them when both names are files of the store, else [`Fs::drain_ns`]).
+    pub(super) fn drain_ns_for(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        to: Option<(u64, &OsStr)>,
+    ) -> Result<()> {
+        let Some(wb) = self.wb() else { return Ok(()) };
+        let p = self.ns.inode(parent);
+        let np = to.map(|(np, nn)| (self.ns.inode(np), nn));
+        let upto = match (&p, &np) {
+            (Ok(p), None) => wb.settled_upto(p, name, None),
+            (Ok(p), Some((Ok(np), nn))) => wb.settled_upto(p, name, Some((np, nn))),
+            _ => None,
+        };
+        match upto {
+            Some(seq) => {
+                wb.drain_ns_to(seq)?;
+                wb.sync_deferred()
+            }
+            None => wb.drain_ns(),
+        }
+    }
+
     /// A create acknowledged before the store has it, or None (do it on the store, after
     /// [`Fs::drain_ns`]).
     pub(super) fn create_deferred(

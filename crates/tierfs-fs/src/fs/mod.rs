@@ -312,8 +312,8 @@ impl<S: Store> Fs<S> {
     pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
         if self.wb().is_some() && !self.ns.prov.is_empty() {
             // Names deferred so far are listed from the provisional table with the store's
-            // (only creates of new objects and their setattrs are deferred: every name the
-            // store lists is still there), instead of waiting for the flusher.
+            // (every name the store lists is still there, but for the old names of queued
+            // moves, which the table hides), instead of waiting for the flusher.
             return self.cached_if_gone(|| self.ns.opendir_with_provisional(ino));
         }
         self.drain_ns()?;

@@ -76,7 +76,7 @@ impl<S: Store> Fs<S> {
             self.names_changed(parent);
             return Ok(());
         }
-        self.drain_ns()?;
+        self.drain_ns_for(parent, name, None)?;
         self.settle_name(parent, name)?;
         let r = self.ns.unlink(parent, name);
         self.names_changed(parent);
@@ -109,7 +109,7 @@ impl<S: Store> Fs<S> {
             }
             return Ok(());
         }
-        self.drain_ns()?;
+        self.drain_ns_for(parent, name, Some((newparent, newname)))?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
         self.settle_name(newparent, newname)?;

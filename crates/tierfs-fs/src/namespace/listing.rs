@@ -189,8 +189,11 @@ impl<S: Store> Namespace<S> {
         } else {
             self.listing_of(&i)?
         };
-        if !prov.is_empty() {
-            let names: rustc_hash::FxHashSet<&OsString> = prov.iter().map(|(n, _)| n).collect();
+        let hidden = self.prov.hidden_in(i.id());
+        if !prov.is_empty() || !hidden.is_empty() {
+            // A name in both is listed once (below); one a queued move left, not at all.
+            let names: rustc_hash::FxHashSet<&OsString> =
+                prov.iter().map(|(n, _)| n).chain(hidden.iter()).collect();
             listing.retain(|(n, _, _)| !names.contains(n));
         }
         listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino)));

@@ -226,7 +226,7 @@ impl<S: Store> Namespace<S> {
     fn lookup_provisional(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<Result<Entry>> {
         match self.prov.lookup(p.id(), name) {
             ProvLookup::NotHere => None,
-            ProvLookup::Absent => Some(Err(Errno::ENOENT)),
+            ProvLookup::Absent | ProvLookup::Hidden => Some(Err(Errno::ENOENT)),
             ProvLookup::Found(inode, attr) => Some(self.provisional_entry(&inode, attr)),
         }
     }

@@ -54,6 +54,10 @@ struct Inner<T: Store> {
     names: FxHashMap<(Ident, OsString), Ident>,
     /// Objects the store refused to make (a conflict): whatever waits for them fails.
     failed: FxHashMap<Ident, Errno>,
+    /// Names the store still holds but the application no longer sees: a provisional object
+    /// made on the store and renamed since, by a move the namespace flusher has not applied
+    /// yet (`writeback::ns_move`). Counted: a name may be left by several queued moves.
+    hidden: FxHashMap<(Ident, OsString), u32>,
 }
 
 pub struct Provisional<T: Store> {
@@ -77,6 +81,9 @@ pub enum ProvLookup<T: Store> {
     Absent,
     /// Not known here: ask the metadata cache and the store.
     NotHere,
+    /// A name the store still holds and the application left (see `Inner::hidden`): no
+    /// such name.
+    Hidden,
 }
 
 impl<T: Store> Provisional<T> {
@@ -86,6 +93,7 @@ impl<T: Store> Provisional<T> {
                 objs: FxHashMap::default(),
                 names: FxHashMap::default(),
                 failed: FxHashMap::default(),
+                hidden: FxHashMap::default(),
             }),
             changed: Condvar::new(),
             count: AtomicUsize::new(0),
@@ -141,8 +149,46 @@ impl<T: Store> Provisional<T> {
                 None => ProvLookup::NotHere,
             },
             None if g.objs.contains_key(&parent) => ProvLookup::Absent,
+            None if g.hidden.contains_key(&(parent, name.to_owned())) => ProvLookup::Hidden,
             None => ProvLookup::NotHere,
         }
+    }
+
+    /// `parent/name` is no longer the application's, though the store holds it until a
+    /// queued move is applied: lookups answer ENOENT and listings leave it out.
+    pub fn hide(&self, parent: Ident, name: &OsStr) {
+        *self
+            .inner
+            .lock()
+            .hidden
+            .entry((parent, name.to_owned()))
+            .or_insert(0) += 1;
+    }
+
+    /// The move that left `parent/name` is applied: the store no longer holds the name.
+    pub fn unhide(&self, parent: Ident, name: &OsStr) {
+        let mut g = self.inner.lock();
+        let key = (parent, name.to_owned());
+        if let Some(n) = g.hidden.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                g.hidden.remove(&key);
+            }
+        }
+    }
+
+    /// The names of directory `parent` the store holds and the application left (see
+    /// [`Provisional::hide`]).
+    pub fn hidden_in(&self, parent: Ident) -> Vec<OsString> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let g = self.inner.lock();
+        g.hidden
+            .keys()
+            .filter(|(p, _)| *p == parent)
+            .map(|(_, n)| n.clone())
+            .collect()
     }
 
     /// The provisional names in directory `parent` (provisional or not), with their inodes.

@@ -19,6 +19,8 @@ mod ns_apply;
 mod ns_defer;
 mod ns_fold;
 mod ns_lost;
+mod ns_move;
+mod ns_narrow;
 mod ns_order;
 mod ns_queue;
 mod ns_record;

@@ -78,6 +78,10 @@ impl<S: Store> Writeback<S> {
                 }
                 let b: Vec<Job<S>> = q.drain(..n).collect();
                 *wb.nsq.in_flight.lock() = (b.len(), b.first().map(|j| j.at()));
+                *wb.nsq.in_flight_ids.lock() = (
+                    b.last().map_or(0, |j| j.seq()),
+                    b.iter().map(|j| j.inode().id()).collect(),
+                );
                 b
             };
             let t = Instant::now();
@@ -263,9 +267,10 @@ impl<S: Store> Writeback<S> {
             .map(|j| OrderIn {
                 id: j.inode().id(),
                 parent: match j {
-                    Job::Create { parent, .. } => Some(parent.id()),
+                    Job::Create { parent, .. } | Job::Moved { parent, .. } => Some(parent.id()),
                     Job::SetAttr { .. } | Job::Drop { .. } | Job::Renamed { .. } => None,
                 },
+                barrier: matches!(j, Job::Moved { .. }),
             })
             .collect();
         let levels = super::ns_order::levels(&order);

@@ -231,6 +231,13 @@ impl<S: Store> Writeback<S> {
                 self.c.ns_applied.fetch_add(1, Relaxed);
                 Ok(())
             }
+            Job::Moved {
+                inode,
+                parent,
+                from,
+                to,
+                ..
+            } => self.apply_move(inode, parent, from, to, state),
             Job::SetAttr { inode, .. } => {
                 let FoldOut::SetAttr(rest) = how else {
                     unreachable!("a setattr's plan is a setattr")
@@ -285,6 +292,86 @@ impl<S: Store> Writeback<S> {
                 }
             }
         }
+    }
+
+    /// A queued move (`ns_move`): the object the flusher made under `from` (kept
+    /// unpublished while the move is queued) is renamed to `to` on the store, and what is
+    /// published later is what the new name holds. Err: retry later (transient).
+    fn apply_move(
+        &self,
+        inode: &Arc<Inode<St<S>>>,
+        parent: &Arc<Inode<St<S>>>,
+        from: &OsStr,
+        to: &OsStr,
+        state: &Mutex<Applying<S>>,
+    ) -> std::result::Result<(), Errno> {
+        let id = inode.id();
+        let gone = |why: String| {
+            tracing::warn!("write-back: {from:?} was not renamed to {to:?} on the store: {why}");
+            self.c.ns_conflicts.fetch_add(1, Relaxed);
+            self.ns.prov.unhide(parent.id(), from);
+        };
+        if self.ns.prov.failure(id).is_some() {
+            // Never made (refused): its data goes to `lost/`.
+            self.ns.prov.unhide(parent.id(), from);
+            self.c.ns_applied.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        if !state.lock().made.iter().any(|(p, _)| *p == id) {
+            gone("it is not among the objects made and not published".into());
+            return Ok(());
+        }
+        let pnode = self.parent_node(parent, state)?;
+        match self
+            .sh
+            .store
+            .rename(&pnode, from, &pnode, to, libc::RENAME_NOREPLACE)
+        {
+            Ok(()) => {}
+            Err(e) if transient(e) => return Err(e),
+            // Applied before (a retry of the group): the old name is gone, the new one there.
+            Err(e) if e == Errno::ENOENT && self.sh.store.lookup(&pnode, to).is_ok() => {}
+            // The store does not know RENAME_NOREPLACE (the name was free when the
+            // application renamed; someone else's since is not replaced silently).
+            Err(e) if e == Errno::EINVAL => match self.sh.store.lookup(&pnode, to) {
+                Err(l) if l == Errno::ENOENT => {
+                    match self.sh.store.rename(&pnode, from, &pnode, to, 0) {
+                        Ok(()) => {}
+                        Err(e) if transient(e) => return Err(e),
+                        Err(e) => {
+                            gone(e.to_string());
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(l) if transient(l) => return Err(l),
+                _ => {
+                    gone(format!("{to:?} was made on the store by someone else"));
+                    return Ok(());
+                }
+            },
+            Err(e) => {
+                gone(e.to_string());
+                return Ok(());
+            }
+        }
+        // The object as the new name has it (with path identities, another identity).
+        let (node, attr) = self.sh.store.lookup(&pnode, to)?;
+        {
+            let mut st = state.lock();
+            if let Some((_, m)) = st.made.iter_mut().rev().find(|(p, _)| *p == id) {
+                m.name = to.to_owned();
+                m.node = node;
+                m.attr = attr;
+            }
+            st.sync_dir(parent.id(), pnode);
+        }
+        self.ns.prov.unhide(parent.id(), from);
+        // A listing of the store taken while the old name was there must not bring it back.
+        self.ns.meta.remove_name(parent.id(), from);
+        self.ns.listed_changed(parent);
+        self.c.ns_applied.fetch_add(1, Relaxed);
+        Ok(())
     }
 
     /// The store refused to make provisional object `prov` (someone made the name first,

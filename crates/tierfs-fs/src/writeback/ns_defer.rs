@@ -8,7 +8,6 @@ use super::Writeback;
 use crate::file_state::DROPPED;
 use crate::identity::Ident;
 use crate::inode::Inode;
-use crate::meta::NameLookup;
 use crate::namespace::{is_provisional, ProvLookup, Requester};
 use crate::shared::St;
 use std::collections::VecDeque;
@@ -101,13 +100,18 @@ impl<S: Store> Writeback<S> {
             // An existing provisional file opened by a create without O_EXCL: done on the
             // store once it is there.
             ProvLookup::Found(..) => return Ok(None),
-            ProvLookup::Absent => {}
+            // (Hidden: the store holds the name until a queued move is applied, before this
+            // create.)
+            ProvLookup::Absent | ProvLookup::Hidden => {}
             ProvLookup::NotHere => {
                 // A directory of the store: only a fresh listing without the name says it is
                 // free (the kernel's lookup just before asked the store, with `meta.cto`).
-                if is_provisional(p.id())
-                    || !matches!(self.ns.meta.lookup(p.id(), name), NameLookup::Absent)
-                {
+                if is_provisional(p.id()) || !self.ns.name_free(p, name, io) {
+                    if io {
+                        tracing::debug!(
+                            "write-back: create of {name:?} done on the store: not known to be free"
+                        );
+                    }
                     return Ok(None);
                 }
             }
@@ -461,7 +465,11 @@ impl<S: Store> Writeback<S> {
     /// Waits until every namespace operation deferred so far is on the store (or refused):
     /// before an operation that is not deferred, an fsync, a listing, unmount.
     pub(crate) fn drain_ns(&self) -> Result<()> {
-        let target = self.nsq.appended.load(Acquire);
+        self.drain_ns_to(self.nsq.appended.load(Acquire))
+    }
+
+    /// [`Writeback::drain_ns`] of the operations up to `target` (see `ns_narrow`).
+    pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
         let mut g = self.nsq.applied.lock();
         if *g >= target {
             return Ok(());

@@ -14,6 +14,10 @@
 //! - a setattr of a directory comes after every earlier create in it (tar sets a directory's
 //!   times once it is done with it: the names made in it must not move them again).
 //!
+//! - a move of a name on the store (`ns_move`, rare: a lock file renamed into place) is a
+//!   barrier: it comes after everything before it and before everything after it (a create
+//!   of the name it frees must find it free).
+//!
 //! Each operation gets a *level*: one more than the highest level of what it depends on. The
 //! flusher applies a level at a time, the operations of one level in parallel, so the store
 //! never holds an object without its directory, even halfway through a group.
@@ -27,6 +31,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 pub(crate) struct OrderIn {
     pub id: Ident,
     pub parent: Option<Ident>,
+    /// Ordered against every other operation of the group.
+    pub barrier: bool,
 }
 
 /// The level of each operation (see the module comment): those of one level are independent
@@ -37,9 +43,20 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
     let mut last: FxHashMap<Ident, u32> = FxHashMap::default();
     let mut created_in: FxHashMap<Ident, u32> = FxHashMap::default();
     let mut out = Vec::with_capacity(ops.len());
+    // The lowest level an operation may have (one past the last barrier), and the highest
+    // level given so far.
+    let (mut floor, mut top) = (0u32, None::<u32>);
     for op in ops {
         let after = |l: Option<&u32>| l.map_or(0, |l| l + 1);
-        let mut level = after(last.get(&op.id));
+        if op.barrier {
+            let level = after(top.as_ref()).max(floor);
+            floor = level + 1;
+            top = Some(level);
+            last.insert(op.id, level);
+            out.push(level);
+            continue;
+        }
+        let mut level = after(last.get(&op.id)).max(floor);
         match op.parent {
             Some(p) => {
                 level = level.max(after(last.get(&p)));
@@ -49,6 +66,7 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
             None => level = level.max(after(created_in.get(&op.id))),
         }
         last.insert(op.id, level);
+        top = top.max(Some(level));
         out.push(level);
     }
     out
@@ -91,6 +109,7 @@ mod tests {
         OrderIn {
             id: (1, id),
             parent: Some((1, parent)),
+            barrier: false,
         }
     }
 
@@ -98,7 +117,28 @@ mod tests {
         OrderIn {
             id: (1, id),
             parent: None,
+            barrier: false,
         }
+    }
+
+    #[test]
+    fn a_move_on_the_store_comes_between_what_is_before_and_after_it() {
+        // Files a, b in d; a moved (index.lock -> index); a new a (index.lock again) and
+        // a file c, which must find the name free: after the move.
+        let mv = OrderIn {
+            id: (1, 11),
+            parent: Some((1, 10)),
+            barrier: true,
+        };
+        let ops = [
+            create(11, 10),
+            create(12, 10),
+            setattr(12),
+            mv,
+            create(13, 10),
+            create(14, 10),
+        ];
+        assert_eq!(levels(&ops), vec![0, 0, 1, 2, 3, 3]);
     }
 
     #[test]

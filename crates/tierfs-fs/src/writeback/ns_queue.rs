@@ -78,6 +78,17 @@ pub(crate) enum Job<S: Store> {
         from: Option<Arc<Inode<St<S>>>>,
         at: Instant,
     },
+    /// A rename of an object whose create the flusher had taken (`Writeback::move_deferred`):
+    /// `from` to `to` in directory `parent`, on the store, in its turn. Queued, it keeps the
+    /// object unpublished (its name in the store's listing hidden until applied).
+    Moved {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        from: OsString,
+        to: OsString,
+        at: Instant,
+    },
 }
 
 impl<S: Store> Job<S> {
@@ -86,7 +97,8 @@ impl<S: Store> Job<S> {
             Job::Create { seq, .. }
             | Job::SetAttr { seq, .. }
             | Job::Drop { seq, .. }
-            | Job::Renamed { seq, .. } => *seq,
+            | Job::Renamed { seq, .. }
+            | Job::Moved { seq, .. } => *seq,
         }
     }
     pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
@@ -94,7 +106,8 @@ impl<S: Store> Job<S> {
             Job::Create { inode, .. }
             | Job::SetAttr { inode, .. }
             | Job::Drop { inode, .. }
-            | Job::Renamed { inode, .. } => inode,
+            | Job::Renamed { inode, .. }
+            | Job::Moved { inode, .. } => inode,
         }
     }
     /// What `ns_fold` needs to know of it.
@@ -120,7 +133,7 @@ impl<S: Store> Job<S> {
                     .as_ref()
                     .is_some_and(|st| st.has_dirty.load(Acquire)),
             },
-            Job::Drop { .. } | Job::Renamed { .. } => FoldIn::Skip,
+            Job::Drop { .. } | Job::Renamed { .. } | Job::Moved { .. } => FoldIn::Skip,
         }
     }
 
@@ -129,7 +142,8 @@ impl<S: Store> Job<S> {
             Job::Create { at, .. }
             | Job::SetAttr { at, .. }
             | Job::Drop { at, .. }
-            | Job::Renamed { at, .. } => *at,
+            | Job::Renamed { at, .. }
+            | Job::Moved { at, .. } => *at,
         }
     }
 }
@@ -147,6 +161,9 @@ pub(crate) struct NsQueue<S: Store> {
     pub(super) urgent: AtomicU64,
     /// Taken by the flusher and not yet applied: counted as pending, with the oldest's age.
     pub(super) in_flight: Mutex<(usize, Option<Instant>)>,
+    /// The last seq of the group taken last, and the objects its operations are on
+    /// (`ns_narrow`: whether a rename on the store waits for it).
+    pub(super) in_flight_ids: Mutex<(u64, rustc_hash::FxHashSet<Ident>)>,
     /// Per directory, the creates in it deferred and not yet applied, and the directory's
     /// attributes as the application sees them meanwhile (one more link per directory made
     /// in it, its times moved): shown instead of what the store or the metadata cache says
@@ -170,6 +187,7 @@ impl<S: Store> NsQueue<S> {
             applied_cv: Condvar::new(),
             urgent: AtomicU64::new(0),
             in_flight: Mutex::new((0, None)),
+            in_flight_ids: Mutex::new((0, Default::default())),
             dirs: Mutex::new(Default::default()),
             dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
             unshadowed: AtomicU64::new(0),

@@ -18,12 +18,17 @@
 //! RENAME OVER (op 5) = RENAME's fields | replaced u64 (the seq of the CREATE of the object
 //!                  the rename replaced: that object is not made at replay, its setattrs are
 //!                  not applied and its data records are dropped)
+//! MOVE    (op 6) = from path (u16 length, bytes) | to path (u16 length, bytes) | prov u64 (the
+//!                  seq of the CREATE that made it): a file or symlink the namespace flusher
+//!                  had taken (made, or being made, under `from`) renamed to a free name in
+//!                  its directory; replay renames `from` to `to` on the store, in its place
+//!                  in the journal order, and its data records follow it
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for op 5.)
+//! downgrade only with an empty journal. The same holds for ops 5 and 6.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -33,6 +38,7 @@ const OP_SETATTR: u8 = 2;
 const OP_UNLINK: u8 = 3;
 const OP_RENAME: u8 = 4;
 const OP_RENAME_OVER: u8 = 5;
+pub(super) const OP_MOVE: u8 = 6;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -71,6 +77,14 @@ pub(crate) enum NsOp {
         /// The seq of the CREATE of the object it replaced, one write-back made and withdrew
         /// (op 5); None: the new name was free (op 4).
         replaced: Option<u64>,
+    },
+    /// A file or symlink made by the CREATE of seq `prov`, which the namespace flusher had
+    /// taken, renamed in its directory to a free name (`Writeback::move_deferred`): applied
+    /// on the store in journal order.
+    Move {
+        from: Vec<u8>,
+        to: Vec<u8>,
+        prov: u64,
     },
 }
 
@@ -245,6 +259,12 @@ impl NsOp {
                     out.extend_from_slice(&r.to_le_bytes());
                 }
             }
+            NsOp::Move { from, to, prov } => {
+                out.push(OP_MOVE);
+                put_bytes(&mut out, from);
+                put_bytes(&mut out, to);
+                out.extend_from_slice(&prov.to_le_bytes());
+            }
         }
         out
     }
@@ -333,6 +353,14 @@ impl NsOp {
                     replaced,
                 }
             }
+            OP_MOVE => {
+                let (from, to) = (r.bytes()?, r.bytes()?);
+                let prov = r.i64()? as u64;
+                if from.is_empty() || to.is_empty() {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Move { from, to, prov }
+            }
             _ => return Err("namespace record: unknown operation"),
         };
         if r.at != b.len() {
@@ -405,6 +433,11 @@ mod tests {
                 to: b"b/f".to_vec(),
                 prov: 78,
                 replaced: Some(70),
+            },
+            NsOp::Move {
+                from: b".git/index.lock".to_vec(),
+                to: b".git/index".to_vec(),
+                prov: 79,
             },
         ];
         for op in &ops {

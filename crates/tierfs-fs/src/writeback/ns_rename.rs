@@ -27,7 +27,6 @@ use super::ns_queue::Job;
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
-use crate::meta::NameLookup;
 use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
@@ -63,11 +62,17 @@ impl<S: Store> Writeback<S> {
         {
             return None;
         }
+        let not = |why: &str| {
+            tracing::debug!(
+                "write-back: rename of {name:?} to {newname:?} done on the store: {why}"
+            );
+            None
+        };
         let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
-            return None;
+            return not("not a new object");
         };
         if attr.kind == FileKind::Dir {
-            return None;
+            return not("a directory");
         }
         let target = match self.ns.prov.lookup(newp.id(), newname) {
             ProvLookup::Found(t, ta) => {
@@ -76,16 +81,15 @@ impl<S: Store> Writeback<S> {
                     || ta.kind == FileKind::Dir
                     || t.id() == inode.id()
                 {
-                    return None;
+                    return not("the new name holds a new object that cannot go");
                 }
                 Some(t)
             }
-            ProvLookup::Absent => None,
+            // (Hidden: the store has the name until a queued move, before this, frees it.)
+            ProvLookup::Absent | ProvLookup::Hidden => None,
             ProvLookup::NotHere => {
-                if is_provisional(newp.id())
-                    || !matches!(self.ns.meta.lookup(newp.id(), newname), NameLookup::Absent)
-                {
-                    return None;
+                if is_provisional(newp.id()) || !self.ns.name_free(newp, newname, true) {
+                    return not("the new name is not known to be free");
                 }
                 None
             }
@@ -104,12 +108,20 @@ impl<S: Store> Writeback<S> {
             to.push(b'/');
         }
         to.extend_from_slice(newname.as_bytes());
-        let mut q = self.nsq.q.lock();
+        let q = self.nsq.q.lock();
         // Its create must still be queued: once the flusher has it, it may be on the store
-        // under the old name.
-        let create = q.iter().position(
-            |j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id),
-        )?;
+        // under the old name, and a rename in its directory to a free name is queued for the
+        // store instead (`ns_move`).
+        let Some(create) = q
+            .iter()
+            .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
+        else {
+            if moves || target.is_some() {
+                return not("its create is taken, and it moves away or over a name");
+            }
+            return self.move_deferred(q, inode, p, name, newname);
+        };
+        let mut q = q;
         if let (
             Some(a),
             Job::Create {

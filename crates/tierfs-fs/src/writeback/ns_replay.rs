@@ -77,6 +77,44 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
+/// A pending MOVE (`from` to `to`, one directory) on the store: false if neither name
+/// holds our object the way the move leaves it (someone else's at `to`, or ours gone): its
+/// data then goes to `lost/`, never into theirs.
+fn replay_move<S: Store>(
+    store: &St<S>,
+    from: &[u8],
+    to: &[u8],
+    reused: bool,
+) -> std::result::Result<bool, Errno> {
+    let (dir, fname) = split(from);
+    let tname = split(to).1;
+    let pnode = match super::replay::open_by_path(store, dir) {
+        Ok((n, _)) => n,
+        Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let (f, t) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
+    let exists = |n: &OsStr| match store.lookup(&pnode, n) {
+        Ok((_, a)) => Ok(a.kind != FileKind::Dir),
+        Err(e) if e == Errno::ENOENT => Ok(false),
+        Err(e) => Err(e),
+    };
+    let why = match (exists(f)?, exists(t)?) {
+        (true, false) => return store.rename(&pnode, f, &pnode, t, 0).map(|()| true),
+        // Applied before the crash.
+        (false, true) => return Ok(true),
+        (true, true) if reused => return Ok(true),
+        (true, true) => "the new name holds another file",
+        (false, false) => "neither name is there",
+    };
+    tracing::error!(
+        "write-back replay: {} could not be renamed to {}: {why}; its data is kept under lost/",
+        String::from_utf8_lossy(from),
+        String::from_utf8_lossy(to)
+    );
+    Ok(false)
+}
+
 /// Applies the pending namespace records.
 pub(crate) fn replay_ns<S: Store>(
     store: &St<S>,
@@ -123,7 +161,9 @@ pub(crate) fn replay_ns<S: Store>(
                 },
                 NsOp::Unlink { path, .. } => Naming::Other(path, true),
                 NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name), false),
-                NsOp::SetAttr { .. } => return None,
+                // Applied in its place in the order, on names the store has: nothing to
+                // follow.
+                NsOp::SetAttr { .. } | NsOp::Move { .. } => return None,
             };
             Some((p.seq, n))
         })
@@ -187,6 +227,18 @@ pub(crate) fn replay_ns<S: Store>(
             _ => None,
         })
         .collect();
+    // The seq of the last pending CREATE of each path a pending MOVE leaves (see MOVE).
+    let mut last_create: rustc_hash::FxHashMap<Vec<u8>, u64> = Default::default();
+    if pending
+        .iter()
+        .any(|p| p.payload.get(1) == Some(&super::ns_record::OP_MOVE))
+    {
+        for p in pending {
+            if let Ok(NsOp::Create { parent, name, .. }) = NsOp::decode(&p.payload) {
+                last_create.insert(join(&parent, &name), p.seq);
+            }
+        }
+    }
     // The last name a provisional object's pending renames give it, by its CREATE's seq.
     let mut last_name: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
     for (_, n) in &naming {
@@ -361,6 +413,28 @@ pub(crate) fn replay_ns<S: Store>(
                 }
                 if !refused_prov.contains(prov) {
                     moved.insert(*prov, to.clone());
+                }
+            }
+            NsOp::Move { from, to, prov } => {
+                if refused_prov.contains(prov) || dropped.contains(prov) {
+                    continue;
+                }
+                // The name is used again by a later record of ours (a lock file made anew):
+                // if both names are there, the move was applied before the crash.
+                let reused = last_create.get(from.as_slice()).is_some_and(|s| *s > p.seq);
+                match replay_move(store, from, to, reused) {
+                    Ok(true) => {
+                        let dir = split(from).0.to_vec();
+                        if !dirs.contains(&dir) {
+                            dirs.push(dir);
+                        }
+                        moved.insert(*prov, to.clone());
+                    }
+                    Ok(false) => {
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                        refused_prov.insert(*prov);
+                    }
+                    Err(e) => return Err(fail("renaming", from, e)),
                 }
             }
             NsOp::Unlink { path, kind, prov } => {

@@ -258,6 +258,99 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     journal.shutdown();
 }
 
+/// MOVE records (a rename queued for the store after the flusher took the create,
+/// `ns_move`) replay in their place in the order: with their CREATE pending (made under the
+/// old name, then moved), alone (the store has the old name: moved), applied before the
+/// crash (only the new name there, or both when a later CREATE of ours made the old name
+/// again: nothing to do), and never into someone else's file (refused: its data goes to
+/// `lost/`). The file's data records follow the last name.
+#[test]
+fn moves_replay_in_order_and_never_into_someone_elses() {
+    let t = tempfile::tempdir().unwrap();
+    let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+    std::fs::create_dir_all(back.join("g")).unwrap();
+    let store = IdStore::new(CountedStore::new(
+        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
+    ))
+    .unwrap();
+    let (journal, _) =
+        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let create_file = |name: &str| NsOp::Create {
+        parent: b"g".to_vec(),
+        name: name.as_bytes().to_vec(),
+        kind: FileKind::File,
+        mode: 0o600,
+        owner: None,
+        target: Vec::new(),
+    };
+    let mv = |from: &str, to: &str, prov| NsOp::Move {
+        from: format!("g/{from}").into_bytes(),
+        to: format!("g/{to}").into_bytes(),
+        prov,
+    };
+    let chmod = |name: &str, mode: u32| NsOp::SetAttr {
+        path: format!("g/{name}").into_bytes(),
+        mode: Some(mode),
+        uid: None,
+        gid: None,
+        atime: None,
+        mtime: None,
+    };
+    // Made before the crash: b.lock (its CREATE done, its move not); c (moved before the
+    // crash, then c.lock made again by a later pending CREATE); d.lock and someone else's d.
+    std::fs::write(back.join("g/b.lock"), b"").unwrap();
+    std::fs::write(back.join("g/c"), b"").unwrap();
+    std::fs::write(back.join("g/c.lock"), b"").unwrap();
+    std::fs::write(back.join("g/d.lock"), b"").unwrap();
+    std::fs::write(back.join("g/d"), b"theirs").unwrap();
+    let pending = [
+        record(1, create_file("a.lock")),
+        record(2, chmod("a.lock", 0o640)),
+        record(3, mv("a.lock", "a", 1)),
+        record(4, chmod("a", 0o604)),
+        record(5, mv("a", "a2", 1)),
+        record(6, mv("b.lock", "b", 100)),
+        record(7, mv("c.lock", "c", 101)),
+        record(8, create_file("c.lock")),
+        record(9, mv("d.lock", "d", 102)),
+        record(10, mv("e.lock", "e", 103)),
+    ];
+    for p in &pending {
+        let seq = journal
+            .append(Record::Ns {
+                payload: &p.payload,
+            })
+            .unwrap();
+        assert_eq!(seq, p.seq);
+    }
+    let c = WbCounters::default();
+    let r = replay_ns(&store, &journal, &pending, &c).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(back.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert!(!back.join("g/a.lock").exists() && !back.join("g/a").exists());
+    assert_eq!(mode("g/a2"), 0o604);
+    assert_eq!(r.moved.get(&1).map(|p| &p[..]), Some(&b"g/a2"[..]));
+    assert!(!back.join("g/b.lock").exists() && back.join("g/b").is_file());
+    assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"g/b"[..]));
+    assert!(back.join("g/c").is_file() && back.join("g/c.lock").is_file());
+    assert_eq!(r.moved.get(&101).map(|p| &p[..]), Some(&b"g/c"[..]));
+    // Theirs is kept as it was; ours (still d.lock) goes to lost/.
+    assert_eq!(std::fs::read(back.join("g/d")).unwrap(), b"theirs");
+    assert!(back.join("g/d.lock").exists());
+    let mut refused: Vec<u64> = r.refused_prov.iter().copied().collect();
+    refused.sort_unstable();
+    assert_eq!(refused, vec![102, 103]);
+    assert!(!r.moved.contains_key(&102) && !r.moved.contains_key(&103));
+    assert_eq!(c.ns_conflicts.load(Relaxed), 2);
+    journal.shutdown();
+}
+
 #[test]
 fn paths() {
     assert_eq!(super::join(b"", b"a"), b"a");
