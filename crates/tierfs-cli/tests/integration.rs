@@ -1871,8 +1871,18 @@ fn a_lock_file_renamed_after_the_flusher_took_its_create_waits_for_nothing() {
         // Every create takes 500 ms at the store: the flusher is in it while we rename.
         faults.set_class_latency(tierfs_store::OpClass::Write, Duration::from_millis(500));
         for (k, lock, to) in [(1u8, "index.lock", "index"), (2, "index.lock", "config")] {
+            faults.reset_most_in_flight();
             std::fs::write(d.join(lock), vec![k; 5000 * k as usize]).unwrap();
-            std::thread::sleep(Duration::from_millis(100));
+            // Its create taken: at the store (the second after the first one's move, which
+            // frees the name there).
+            let t = Instant::now();
+            while faults.most_in_flight(tierfs_store::OpClass::Write) == 0 {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "{lock}: never at the store"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
             let t = Instant::now();
             std::fs::rename(d.join(lock), d.join(to)).unwrap();
             assert!(

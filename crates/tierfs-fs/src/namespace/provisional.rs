@@ -306,6 +306,18 @@ impl<T: Store> Provisional<T> {
                     g.names.insert((new, c), cid);
                 }
             }
+            // Names a queued move in it leaves: hidden under its new identity too.
+            let moved: Vec<(Ident, OsString)> = g
+                .hidden
+                .keys()
+                .filter(|(p, _)| *p == old)
+                .cloned()
+                .collect();
+            for k in moved {
+                if let Some(n) = g.hidden.remove(&k) {
+                    *g.hidden.entry((new, k.1)).or_insert(0) += n;
+                }
+            }
         }
         self.count.store(g.objs.len(), Relaxed);
         drop(g);

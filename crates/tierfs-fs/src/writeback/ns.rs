@@ -325,11 +325,13 @@ impl<S: Store> Writeback<S> {
             | Job::Drop { parent, .. }
             | Job::Renamed {
                 from: Some(parent), ..
-            } = j
+            }
+            | Job::Moved { parent, .. } = j
             {
                 // (A withdrawn create too, and the directory a queued create was moved out
                 // of: its directory's shadow is keyed by the identity the directory has
-                // until it is published.)
+                // until it is published; and one with a move queued in it, whose old name
+                // is hidden under that identity.)
                 creating_in.insert(parent.id());
             }
         }

@@ -366,10 +366,11 @@ impl<S: Store> Writeback<S> {
             }
             st.sync_dir(parent.id(), pnode);
         }
-        self.ns.prov.unhide(parent.id(), from);
-        // A listing of the store taken while the old name was there must not bring it back.
+        // A listing of the store taken while the old name was there must not bring it back
+        // (out of the cached listing before it is shown again).
         self.ns.meta.remove_name(parent.id(), from);
         self.ns.listed_changed(parent);
+        self.ns.prov.unhide(parent.id(), from);
         self.c.ns_applied.fetch_add(1, Relaxed);
         Ok(())
     }

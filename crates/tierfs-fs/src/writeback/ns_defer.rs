@@ -106,12 +106,7 @@ impl<S: Store> Writeback<S> {
             ProvLookup::NotHere => {
                 // A directory of the store: only a fresh listing without the name says it is
                 // free (the kernel's lookup just before asked the store, with `meta.cto`).
-                if is_provisional(p.id()) || !self.ns.name_free(p, name, io) {
-                    if io {
-                        tracing::debug!(
-                            "write-back: create of {name:?} done on the store: not known to be free"
-                        );
-                    }
+                if is_provisional(p.id()) || !self.ns.name_free(p, name) {
                     return Ok(None);
                 }
             }

@@ -18,6 +18,7 @@ use super::ns_queue::Job;
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
+use crate::namespace::is_provisional;
 use crate::shared::St;
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -40,8 +41,13 @@ impl<S: Store> Writeback<S> {
         newname: &OsStr,
     ) -> Option<()> {
         let id = inode.id();
+        // Still provisional under that name, now that the queue is locked (publish holds
+        // it): the flusher may have published the object since the caller looked, and a
+        // move queued for a published object would be acknowledged and never applied.
         // Refused by the store: the rename answers as the store does.
-        if self.ns.prov.failure(id).is_some() {
+        let still = matches!(self.ns.prov.lookup(p.id(), name),
+            crate::namespace::ProvLookup::Found(i, _) if i.id() == id);
+        if !still || !is_provisional(id) || self.ns.prov.failure(id).is_some() {
             return None;
         }
         let from = self.backing_path(&inode)?;

@@ -74,6 +74,7 @@ impl<S: Store> Writeback<S> {
         if attr.kind == FileKind::Dir {
             return not("a directory");
         }
+        let mut hidden_target = false;
         let target = match self.ns.prov.lookup(newp.id(), newname) {
             ProvLookup::Found(t, ta) => {
                 if flags & libc::RENAME_NOREPLACE != 0
@@ -85,10 +86,15 @@ impl<S: Store> Writeback<S> {
                 }
                 Some(t)
             }
-            // (Hidden: the store has the name until a queued move, before this, frees it.)
-            ProvLookup::Absent | ProvLookup::Hidden => None,
+            ProvLookup::Absent => None,
+            // The store has the name until a queued move frees it: free for a move queued
+            // after it, not for a create rewritten in place, which may come before it.
+            ProvLookup::Hidden => {
+                hidden_target = true;
+                None
+            }
             ProvLookup::NotHere => {
-                if is_provisional(newp.id()) || !self.ns.name_free(newp, newname, true) {
+                if is_provisional(newp.id()) || !self.ns.name_free(newp, newname) {
                     return not("the new name is not known to be free");
                 }
                 None
@@ -121,6 +127,9 @@ impl<S: Store> Writeback<S> {
             }
             return self.move_deferred(q, inode, p, name, newname);
         };
+        if hidden_target {
+            return not("the new name is one a queued move leaves");
+        }
         let mut q = q;
         if let (
             Some(a),

@@ -227,23 +227,30 @@ pub(crate) fn replay_ns<S: Store>(
             _ => None,
         })
         .collect();
-    // The seq of the last pending CREATE of each path a pending MOVE leaves (see MOVE).
+    // The last name a provisional object's pending renames give it, by its CREATE's seq.
+    let mut last_name: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
+    for (_, n) in &naming {
+        if let Naming::Renamed { to, prov, .. } = n {
+            last_name.insert(*prov, to.clone());
+        }
+    }
+    // The seq of the last pending record that makes each path ours again (a CREATE under
+    // the last name its renames give it, a RENAME, a MOVE): see MOVE.
     let mut last_create: rustc_hash::FxHashMap<Vec<u8>, u64> = Default::default();
     if pending
         .iter()
         .any(|p| p.payload.get(1) == Some(&super::ns_record::OP_MOVE))
     {
         for p in pending {
-            if let Ok(NsOp::Create { parent, name, .. }) = NsOp::decode(&p.payload) {
-                last_create.insert(join(&parent, &name), p.seq);
-            }
-        }
-    }
-    // The last name a provisional object's pending renames give it, by its CREATE's seq.
-    let mut last_name: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
-    for (_, n) in &naming {
-        if let Naming::Renamed { to, prov, .. } = n {
-            last_name.insert(*prov, to.clone());
+            let path = match NsOp::decode(&p.payload) {
+                Ok(NsOp::Create { parent, name, .. }) => last_name
+                    .get(&p.seq)
+                    .cloned()
+                    .unwrap_or_else(|| join(&parent, &name)),
+                Ok(NsOp::Rename { to, .. }) | Ok(NsOp::Move { to, .. }) => to,
+                _ => continue,
+            };
+            last_create.insert(path, p.seq);
         }
     }
     let Some(last) = pending.last().map(|p| p.seq) else {

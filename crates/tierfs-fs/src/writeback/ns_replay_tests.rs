@@ -299,7 +299,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
     // Made before the crash: b.lock (its CREATE done, its move not); c (moved before the
     // crash, then c.lock made again by a later pending CREATE); d.lock and someone else's d.
     std::fs::write(back.join("g/b.lock"), b"").unwrap();
-    std::fs::write(back.join("g/c"), b"").unwrap();
+    std::fs::write(back.join("g/c"), b"moved").unwrap();
     std::fs::write(back.join("g/c.lock"), b"").unwrap();
     std::fs::write(back.join("g/d.lock"), b"").unwrap();
     std::fs::write(back.join("g/d"), b"theirs").unwrap();
@@ -338,7 +338,9 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
     assert_eq!(r.moved.get(&1).map(|p| &p[..]), Some(&b"g/a2"[..]));
     assert!(!back.join("g/b.lock").exists() && back.join("g/b").is_file());
     assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"g/b"[..]));
-    assert!(back.join("g/c").is_file() && back.join("g/c.lock").is_file());
+    // Not moved again over the file it made (the new c.lock is another).
+    assert_eq!(std::fs::read(back.join("g/c")).unwrap(), b"moved");
+    assert!(back.join("g/c.lock").is_file());
     assert_eq!(r.moved.get(&101).map(|p| &p[..]), Some(&b"g/c"[..]));
     // Theirs is kept as it was; ours (still d.lock) goes to lost/.
     assert_eq!(std::fs::read(back.join("g/d")).unwrap(), b"theirs");
