@@ -25,7 +25,6 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_cache::journal::{FileRef, Record};
 use tierfs_store::Store;
 
 impl<S: Store> Writeback<S> {
@@ -60,40 +59,12 @@ impl<S: Store> Writeback<S> {
         let st = inode.file.clone();
         let _w = st.as_ref().map(|st| st.rw.write());
         let mut dirty = st.as_ref().map(|st| st.dirty.lock());
-        let marker = |path: &[u8]| -> Option<u64> {
-            let st = st.as_ref()?;
-            let file = FileRef {
-                dev: st.journal_key.0,
-                ino: st.journal_key.1,
-                path: path.to_vec(),
-            };
-            self.journal.append_data(&file, 0, &[]).ok()
-        };
-        if let Some(Some(d)) = dirty.as_deref_mut() {
-            let m = marker(&to)?;
-            d.path = to.clone();
-            d.max_seq = d.max_seq.max(m);
-        }
         let op = NsOp::Move {
             from: from.clone(),
-            to,
+            to: to.clone(),
             prov: id.1,
         };
-        let seq = match self.journal.append(Record::Ns {
-            payload: &op.encode(),
-        }) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!("write-back: move not journaled ({e}): done on the store");
-                if let Some(Some(d)) = dirty.as_deref_mut() {
-                    if let Some(m) = marker(&from) {
-                        d.max_seq = d.max_seq.max(m);
-                    }
-                    d.path = from;
-                }
-                return None;
-            }
-        };
+        let seq = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)?;
         self.ns.prov.hide(p.id(), name);
         self.ns.prov.rename(id, p.id(), newname);
         inode.moved_to(p.clone(), newname);

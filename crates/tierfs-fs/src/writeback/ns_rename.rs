@@ -38,6 +38,51 @@ use tierfs_cache::journal::{FileRef, Record};
 use tierfs_store::{FileKind, Store};
 
 impl<S: Store> Writeback<S> {
+    /// Journals renaming record `op` of a file whose writers the caller holds off (`dirty`
+    /// is its dirty state, locked): if it has dirty data, first an empty DATA record under
+    /// `to`, as replay names a file's writes by the path of its last record (see the module
+    /// comment). None: not journaled, and its data is named by `from` again (the next
+    /// write journals it so, if this fails too; the rename done on the store then flushes
+    /// the data first).
+    pub(super) fn journal_renaming(
+        &self,
+        st: Option<&crate::file_state::FileState>,
+        mut dirty: Option<&mut Option<crate::dirty::Dirty>>,
+        from: &[u8],
+        to: &[u8],
+        op: &NsOp,
+    ) -> Option<u64> {
+        let marker = |path: &[u8]| -> Option<u64> {
+            let st = st?;
+            let file = FileRef {
+                dev: st.journal_key.0,
+                ino: st.journal_key.1,
+                path: path.to_vec(),
+            };
+            self.journal.append_data(&file, 0, &[]).ok()
+        };
+        if let Some(Some(d)) = dirty.as_deref_mut() {
+            let m = marker(to)?;
+            d.path = to.to_vec();
+            d.max_seq = d.max_seq.max(m);
+        }
+        match self.journal.append(Record::Ns {
+            payload: &op.encode(),
+        }) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::debug!("write-back: {op:?} not journaled ({e}): done on the store");
+                if let Some(Some(d)) = dirty {
+                    if let Some(m) = marker(from) {
+                        d.max_seq = d.max_seq.max(m);
+                    }
+                    d.path = from.to_vec();
+                }
+                None
+            }
+        }
+    }
+
     /// Renames provisional object `name` of directory `p` to `newname` in directory `newp`
     /// without the store, or None: not such a rename (it is done on the store, after
     /// [`Writeback::drain_ns`]). Only when `flags` asks at most RENAME_NOREPLACE, and the new
@@ -180,47 +225,16 @@ impl<S: Store> Writeback<S> {
         let st = inode.file.clone();
         let _w = st.as_ref().map(|st| st.rw.write());
         let mut dirty = st.as_ref().map(|st| st.dirty.lock());
-        let marker = |path: &[u8]| -> Option<u64> {
-            let st = st.as_ref()?;
-            let file = FileRef {
-                dev: st.journal_key.0,
-                ino: st.journal_key.1,
-                path: path.to_vec(),
-            };
-            self.journal.append_data(&file, 0, &[]).ok()
-        };
-        if let Some(Some(d)) = dirty.as_deref_mut() {
-            let Some(m) = marker(&to) else {
-                reopen();
-                return None;
-            };
-            d.path = to.clone();
-            d.max_seq = d.max_seq.max(m);
-        }
         let op = NsOp::Rename {
             from: from.clone(),
-            to,
+            to: to.clone(),
             prov: id.1,
             replaced: over.as_ref().map(|(t, ..)| t.id().1),
         };
-        let seq = match self.journal.append(Record::Ns {
-            payload: &op.encode(),
-        }) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!("write-back: rename not journaled ({e}): done on the store");
-                if let Some(Some(d)) = dirty.as_deref_mut() {
-                    // Its data is named by the old path again (the next write journals it
-                    // so, if this fails too; the rename done on the store then flushes the
-                    // data first).
-                    if let Some(m) = marker(&from) {
-                        d.max_seq = d.max_seq.max(m);
-                    }
-                    d.path = from;
-                }
-                reopen();
-                return None;
-            }
+        let Some(seq) = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)
+        else {
+            reopen();
+            return None;
         };
         if let Job::Create {
             name: n, parent, ..
