@@ -371,18 +371,7 @@ impl Drop for Bindfs {
     }
 }
 
-fn run(dir: &Path, cmd: &str, args: &[&str]) {
-    let out = std::process::Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::run_in as run;
 
 /// A hard link made through tierfs over a real FUSE store whose inodes are per path
 /// (bindfs; tierfs takes path identities there), then the old name unlinked: the new name

@@ -12,19 +12,7 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(240);
 
-fn run(dir: &Path, cmd: &str, args: &[&str]) {
-    let out = std::process::Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::run_in as run;
 
 /// A repository of three commits of three files each, in a temporary directory.
 fn source_repo() -> tempfile::TempDir {

@@ -580,3 +580,18 @@ pub fn write_all_at(f: &std::fs::File, mut data: &[u8], mut off: u64) -> std::io
     }
     Ok(())
 }
+
+/// Runs `cmd args` in `dir` (git and the like); panics with its stderr if it fails.
+pub fn run_in(dir: &Path, cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
