@@ -35,14 +35,14 @@ impl<S: Store> Fs<S> {
         to: Option<(u64, &OsStr)>,
     ) -> Result<()> {
         let Some(wb) = self.wb() else { return Ok(()) };
-        let p = self.ns.inode(parent);
-        let np = to.map(|(np, nn)| (self.ns.inode(np), nn));
-        let upto = match (&p, &np) {
-            (Ok(p), None) => wb.settled_upto(p, name, None),
-            (Ok(p), Some((Ok(np), nn))) => wb.settled_upto(p, name, Some((np, nn))),
-            _ => None,
+        let upto = || {
+            let p = self.ns.inode(parent).ok()?;
+            match to {
+                None => wb.settled_upto(&p, name, None),
+                Some((np, nn)) => wb.settled_upto(&p, name, Some((&self.ns.inode(np).ok()?, nn))),
+            }
         };
-        match upto {
+        match upto() {
             Some(seq) => {
                 wb.drain_ns_to(seq)?;
                 wb.sync_deferred()

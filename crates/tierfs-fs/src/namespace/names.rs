@@ -96,9 +96,7 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Whether `name` is known to be free in directory `p` of the store: a fresh listing
-    /// lacks it (write-back then defers a create or a rename to it). (Asking the store when
-    /// the listing expired deferred creates that tests expect on the store at once: with the
-    /// store failing, an fsync of such a file waited for the namespace flusher's retries.)
+    /// lacks it (write-back then defers a create or a rename to it).
     pub(crate) fn name_free(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> bool {
         matches!(self.meta.lookup(p.id(), name), NameLookup::Absent)
     }
