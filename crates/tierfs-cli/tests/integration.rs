@@ -1092,6 +1092,101 @@ fn a_non_owner_write_clears_setuid_and_setgid() {
     }
 }
 
+/// setuid and setgid-with-group-execute go on a chown (by root too), a truncation and an
+/// O_TRUNC open by a caller without CAP_FSETID, as on a local filesystem, and stay on a
+/// directory, on setgid without group-execute, and on a root truncation. tierfs drops them
+/// itself (FUSE_HANDLE_KILLPRIV_V2: the kernel no longer asks for the attributes before each
+/// chown), in write-through and in write-back, for store files and files made through the
+/// mount; the store agrees after the unmount.
+#[test]
+fn chown_and_truncation_drop_setuid_and_setgid_as_a_local_filesystem_does() {
+    for wb in [false, true] {
+        let mut opts = vec!["allow_other", "fuse.no_open=off"];
+        if wb {
+            opts.push("writeback.mode=back");
+        }
+        let m = BinMount::new(&opts);
+        std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&m.backing, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for name in [
+            "chown",
+            "chown-sgid",
+            "chown-sgid-noexec",
+            "trunc",
+            "otrunc",
+            "root-trunc",
+        ] {
+            std::fs::write(m.backing.join(name), vec![1u8; 4096]).unwrap();
+        }
+        std::fs::create_dir(m.backing.join("dir")).unwrap();
+        let mnt = m.mnt.clone();
+        let cases = with_timeout(LIMIT, vec![mnt.clone()], move || {
+            let mode =
+                |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+            let chmod = |p: &std::path::Path, m: u32| {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+            };
+            // A file made through the mount (deferred in write-back), chowned as tar does.
+            let made = mnt.join("made");
+            std::fs::write(&made, b"x").unwrap();
+            let mut cases = vec![("made", 0o4755, 0o755), ("chown", 0o4755, 0o755)];
+            cases.push(("chown-sgid", 0o2775, 0o775));
+            cases.push(("chown-sgid-noexec", 0o2765, 0o2765));
+            cases.push(("dir", 0o6775, 0o6775));
+            for (name, before, _) in &cases {
+                let p = mnt.join(name);
+                chmod(&p, *before);
+                std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+            }
+            // A truncation and an O_TRUNC open by the owner (no CAP_FSETID), and one by root.
+            for (name, how) in [("trunc", "truncate -s 10"), ("otrunc", "echo y >")] {
+                let p = mnt.join(name);
+                std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+                chmod(&p, 0o6775);
+                let out = std::process::Command::new("setpriv")
+                    .args([
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                        "sh",
+                        "-c",
+                    ])
+                    .arg(format!("{how} '{}'", p.display()))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{name}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                cases.push((name, 0o6775, 0o775));
+            }
+            chmod(&mnt.join("root-trunc"), 0o6775);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(mnt.join("root-trunc"))
+                .unwrap()
+                .set_len(7)
+                .unwrap();
+            cases.push(("root-trunc", 0o6775, 0o6775));
+            for (name, before, after) in &cases {
+                let got = mode(&mnt.join(name));
+                assert_eq!(got, *after, "wb={wb} {name}: {before:o} became {got:o}");
+            }
+            cases
+        });
+        m.unmount_and_wait();
+        for (name, _, after) in cases {
+            let got = std::fs::metadata(m.backing.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777;
+            assert_eq!(got, after, "wb={wb} {name}: on the store");
+        }
+    }
+}
+
 /// A name longer than NAME_MAX (255 bytes; the kernel lets FUSE names up to 1,024 through)
 /// is ENAMETOOLONG, as the store says, even where a cached listing could answer ENOENT
 /// (`meta.cto=off`; pjdfstest chmod, chown, truncate, link, rmdir, unlink: issue 13 item 14).

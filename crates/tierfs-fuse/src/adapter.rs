@@ -80,6 +80,14 @@ fn keep_cache_flag(keep_cache: bool) -> FopenFlags {
     }
 }
 
+fn no_flush_flag(no_flush: bool) -> FopenFlags {
+    if no_flush {
+        FopenFlags::FOPEN_NOFLUSH
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 /// Replies with xattr data, or its size when the caller asked for the size (size 0).
 fn reply_xattr(reply: ReplyXattr, size: u32, data: tierfs_fs::Result<Vec<u8>>) {
     match data {
@@ -135,7 +143,7 @@ fn created_reply(
             &file_attr(&e.attr),
             Generation(0),
             FileHandle(o.fh),
-            keep_cache_flag(o.keep_cache) | direct,
+            keep_cache_flag(o.keep_cache) | direct | no_flush_flag(o.no_flush),
         ),
         Err(e) => reply.error(errno(e)),
     }
@@ -174,6 +182,10 @@ impl<S: Store> Filesystem for Adapter<S> {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
+            // Setuid/setgid are dropped by us (`setattr`, `open`, `write`): without it the
+            // kernel asks for the attributes before every chown, one GETATTR per untarred
+            // file.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             let _ = config.add_capabilities(cap);
         }
@@ -225,7 +237,7 @@ impl<S: Store> Filesystem for Adapter<S> {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -241,7 +253,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr {
+        let mut set = SetAttr {
             mode,
             uid,
             gid,
@@ -249,6 +261,27 @@ impl<S: Store> Filesystem for Adapter<S> {
             atime: time_update(atime),
             mtime: time_update(mtime),
         };
+        // FUSE_HANDLE_KILLPRIV_V2: a chown, or a truncation by a caller without CAP_FSETID
+        // (uid 0 stands for the capability), drops setuid/setgid here, from the cached mode.
+        // A setattr that changes nothing we are told of is a chown(-1, -1) (the kernel took
+        // its kill flags off), which drops them too.
+        let nothing = set == SetAttr::default();
+        let drops_privs =
+            uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0) || nothing;
+        if drops_privs && mode.is_none() {
+            match self.fs.getattr_fast(ino.0) {
+                Some((a, _)) => set.mode = a.perm_without_privs(),
+                None => {
+                    let fh = fh.map(|f| f.0);
+                    return self.spawn(move |fs, at, _| {
+                        match fs.setattr_dropping_privs(ino.0, fh, &set) {
+                            Ok(a) => reply.attr(&at, &file_attr(&a)),
+                            Err(e) => reply.error(errno(e)),
+                        }
+                    });
+                }
+            }
+        }
         // A deferred setattr (write-back of a new object) right here: see `Fs::create_fast`.
         if let Some(r) = self.fs.setattr_fast(ino.0, &set) {
             return match r {
@@ -380,15 +413,32 @@ impl<S: Store> Filesystem for Adapter<S> {
             return reply.error(Errno::ENOSYS);
         }
         let direct = self.direct_flag(flags.0);
-        if let Some(o) = self.fs.open_fast(ino.0, flags.0) {
-            return reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct);
+        // FUSE_HANDLE_KILLPRIV_V2: an O_TRUNC open by a caller without CAP_FSETID (uid 0
+        // stands for it) drops setuid/setgid, as a truncation does (see `setattr`).
+        let drops_privs = flags.0 & libc::O_TRUNC != 0
+            && req.uid() != 0
+            && self
+                .fs
+                .getattr_fast(ino.0)
+                .is_none_or(|(a, _)| a.perm_without_privs().is_some());
+        if !drops_privs {
+            if let Some(o) = self.fs.open_fast(ino.0, flags.0) {
+                return reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct);
+            }
         }
         let (notifier, pid) = (self.notifier.clone(), req.pid());
         self.spawn(move |fs, _, _| match fs.open_by(ino.0, flags.0, pid) {
             Ok(o) => {
-                if o.attrs_stale {
-                    // Close-to-open: the file changed behind our back, and the kernel would
-                    // keep its old size (and clip reads to it) until attr_ttl runs out.
+                if drops_privs {
+                    if let Err(e) = fs.kill_suidgid(ino.0, Some(o.fh)) {
+                        fs.release(o.fh);
+                        return reply.error(errno(e));
+                    }
+                }
+                if o.attrs_stale || drops_privs {
+                    // Close-to-open: the file changed behind our back (or its mode, just
+                    // now), and the kernel would keep its old attributes, and clip reads to
+                    // the old size, until attr_ttl runs out.
                     // Offset -1: attributes only; the page cache is dropped by the open
                     // reply itself (no FOPEN_KEEP_CACHE). Sent before the reply, so the
                     // caller's first read already asks for fresh attributes.

@@ -111,6 +111,23 @@ impl Attr {
         }
     }
 
+    /// The permission bits left after a change that drops setuid and setgid (a chown; a
+    /// write or truncation by a caller without CAP_FSETID): setuid goes, setgid goes if
+    /// group-execute is set (without it, setgid marks mandatory locking and stays), as
+    /// Linux's `should_remove_suid` does. None: nothing to drop (no such bit, or not a
+    /// regular file or symlink: a directory keeps them).
+    pub fn perm_without_privs(&self) -> Option<u32> {
+        if self.kind == FileKind::Dir {
+            return None;
+        }
+        let perm = self.perm as u32;
+        let mut kill = perm & libc::S_ISUID;
+        if perm & libc::S_ISGID != 0 && perm & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        (kill != 0).then_some(perm & 0o7777 & !kill)
+    }
+
     /// The version of the file's contents as far as the store can tell cheaply.
     pub fn fingerprint(&self) -> Fingerprint {
         Fingerprint {

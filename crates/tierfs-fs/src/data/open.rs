@@ -23,6 +23,9 @@ pub struct OpenReply {
     /// them (it trusts them for attr_ttl, which follows meta.ttl and may be an hour), or it
     /// would clip reads at a stale size and break close-to-open coherence.
     pub attrs_stale: bool,
+    /// close(2) has nothing to do or report for this open (a file created by it in
+    /// write-back, `writeback.close=async`): the kernel may skip the FLUSH request.
+    pub no_flush: bool,
 }
 
 /// An open that neither writes nor truncates: the file's contents cannot change through it.
@@ -54,6 +57,7 @@ impl<S: Store> Objects<S> {
             fh,
             keep_cache,
             attrs_stale: false,
+            no_flush: false,
         })
     }
 
@@ -74,6 +78,7 @@ impl<S: Store> Objects<S> {
             fh,
             keep_cache,
             attrs_stale: false,
+            no_flush: false,
         })
     }
 
@@ -192,6 +197,7 @@ impl<S: Store> Objects<S> {
             fh,
             keep_cache,
             attrs_stale,
+            no_flush: false,
         })
     }
 
@@ -222,6 +228,7 @@ impl<S: Store> Objects<S> {
                 fh,
                 keep_cache: false,
                 attrs_stale: false,
+                no_flush: false,
             },
         ))
     }

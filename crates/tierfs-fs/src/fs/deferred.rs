@@ -73,12 +73,19 @@ impl<S: Store> Fs<S> {
         // No backing handle: writes go to the journal, and a read that needs the store
         // waits for the object there (`Namespace::node`).
         let fh = self.data.add_open_file(inode, None, flags)?;
+        // Its close sends no FLUSH: one FUSE request less per created file (an untar's
+        // close). All such a close could do is report a flush error found while the file was
+        // open, which is rare (its data waits for its create) and stays pending for fsync or
+        // the next close of the file (docs/writeback.md). Not where close itself does the
+        // work (`writeback.close=flush`, or a store that publishes at close).
+        let no_flush = wb.close_is_async() && !self.sh.store.publishes_at_sync();
         Ok(Some((
             e,
             OpenReply {
                 fh,
                 keep_cache: false,
                 attrs_stale: false,
+                no_flush,
             },
         )))
     }
@@ -252,6 +259,7 @@ impl<S: Store> Fs<S> {
             fh,
             keep_cache: false,
             attrs_stale: false,
+            no_flush: false,
         }))
     }
 

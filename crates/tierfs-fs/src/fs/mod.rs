@@ -243,30 +243,40 @@ impl<S: Store> Fs<S> {
         .unwrap_or(Err(Errno::EIO))
     }
 
-    /// A write by a caller without CAP_FSETID that the kernel marked FUSE_WRITE_KILL_SUIDGID
-    /// (direct I/O, where the kernel does not clear the bits itself): clears setuid, and
-    /// setgid if group-execute is set (Linux `should_remove_suid`), before the write lands.
-    /// The cached attributes answer for the common file without these bits: no store call.
+    /// A write or truncation by a caller without CAP_FSETID (the kernel marks such writes
+    /// FUSE_WRITE_KILL_SUIDGID and, with FUSE_HANDLE_KILLPRIV_V2, leaves the clearing to us):
+    /// clears setuid, and setgid if group-execute is set (`Attr::perm_without_privs`), before
+    /// the change lands. The cached attributes answer for the common file without these
+    /// bits: no store call.
     pub fn kill_suidgid(&self, ino: u64, fh: Option<u64>) -> Result<()> {
         let a = match self.getattr_fast(ino) {
             Some((a, _)) => a,
             None => self.getattr(ino)?,
         };
-        let mut kill = 0;
-        if a.perm as u32 & libc::S_ISUID != 0 {
-            kill |= libc::S_ISUID;
-        }
-        if a.perm as u32 & libc::S_ISGID != 0 && a.perm as u32 & libc::S_IXGRP != 0 {
-            kill |= libc::S_ISGID;
-        }
-        if kill == 0 {
+        let Some(perm) = a.perm_without_privs() else {
             return Ok(());
-        }
+        };
         let set = SetAttr {
-            mode: Some(a.perm as u32 & 0o7777 & !kill),
+            mode: Some(perm),
             ..Default::default()
         };
         self.setattr(ino, fh, &set).map(|_| ())
+    }
+
+    /// [`Fs::setattr`] of a change that drops setuid and setgid (a chown; a truncation by a
+    /// caller without CAP_FSETID), which the kernel leaves to us under
+    /// FUSE_HANDLE_KILLPRIV_V2 (it used to ask for the attributes first, one GETATTR per
+    /// chown, and add the mode itself): the mode change goes with it, in one setattr.
+    pub fn setattr_dropping_privs(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
+        let a = match self.getattr_fast(ino) {
+            Some((a, _)) => a,
+            None => self.getattr(ino)?,
+        };
+        let mut set = *set;
+        if set.mode.is_none() {
+            set.mode = a.perm_without_privs();
+        }
+        self.setattr(ino, fh, &set)
     }
 
     pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {

@@ -425,6 +425,11 @@ impl<S: Store> Writeback<S> {
         Some(self.flush(ino))
     }
 
+    /// close(2) waits for nothing (`writeback.close=async`, the default).
+    pub(crate) fn close_is_async(&self) -> bool {
+        self.live.close() == super::CloseMode::Async
+    }
+
     /// close(2) in write-back mode (FUSE FLUSH).
     pub fn flush(&self, ino: u64) -> Result<()> {
         let i = self.ns.inode(ino)?;
