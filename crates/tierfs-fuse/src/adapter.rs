@@ -72,20 +72,17 @@ fn dir_flags(d: &tierfs_fs::DirOpen) -> FopenFlags {
     f
 }
 
-fn keep_cache_flag(keep_cache: bool) -> FopenFlags {
-    if keep_cache {
-        FopenFlags::FOPEN_KEEP_CACHE
+/// `flag` where `on`, else none.
+fn flag_if(on: bool, flag: FopenFlags) -> FopenFlags {
+    if on {
+        flag
     } else {
         FopenFlags::empty()
     }
 }
 
-fn no_flush_flag(no_flush: bool) -> FopenFlags {
-    if no_flush {
-        FopenFlags::FOPEN_NOFLUSH
-    } else {
-        FopenFlags::empty()
-    }
+fn keep_cache_flag(keep_cache: bool) -> FopenFlags {
+    flag_if(keep_cache, FopenFlags::FOPEN_KEEP_CACHE)
 }
 
 /// Replies with xattr data, or its size when the caller asked for the size (size 0).
@@ -143,7 +140,7 @@ fn created_reply(
             &file_attr(&e.attr),
             Generation(0),
             FileHandle(o.fh),
-            keep_cache_flag(o.keep_cache) | direct | no_flush_flag(o.no_flush),
+            keep_cache_flag(o.keep_cache) | direct | flag_if(o.no_flush, FopenFlags::FOPEN_NOFLUSH),
         ),
         Err(e) => reply.error(errno(e)),
     }

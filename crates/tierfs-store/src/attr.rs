@@ -114,8 +114,8 @@ impl Attr {
     /// The permission bits left after a change that drops setuid and setgid (a chown; a
     /// write or truncation by a caller without CAP_FSETID): setuid goes, setgid goes if
     /// group-execute is set (without it, setgid marks mandatory locking and stays), as
-    /// Linux's `should_remove_suid` does. None: nothing to drop (no such bit, or not a
-    /// regular file or symlink: a directory keeps them).
+    /// Linux's `should_remove_suid` does. None: nothing to drop (no such bit, or a
+    /// directory, which keeps them).
     pub fn perm_without_privs(&self) -> Option<u32> {
         if self.kind == FileKind::Dir {
             return None;

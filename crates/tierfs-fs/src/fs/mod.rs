@@ -243,17 +243,22 @@ impl<S: Store> Fs<S> {
         .unwrap_or(Err(Errno::EIO))
     }
 
-    /// A write or truncation by a caller without CAP_FSETID (the kernel marks such writes
-    /// FUSE_WRITE_KILL_SUIDGID and, with FUSE_HANDLE_KILLPRIV_V2, leaves the clearing to us):
-    /// clears setuid, and setgid if group-execute is set (`Attr::perm_without_privs`), before
-    /// the change lands. The cached attributes answer for the common file without these
-    /// bits: no store call.
-    pub fn kill_suidgid(&self, ino: u64, fh: Option<u64>) -> Result<()> {
+    /// The permission bits the file keeps once setuid/setgid are dropped
+    /// (`Attr::perm_without_privs`), from the cached attributes when they are there (the
+    /// common file without these bits costs no store call). None: nothing to drop.
+    fn perm_without_privs(&self, ino: u64) -> Result<Option<u32>> {
         let a = match self.getattr_fast(ino) {
             Some((a, _)) => a,
             None => self.getattr(ino)?,
         };
-        let Some(perm) = a.perm_without_privs() else {
+        Ok(a.perm_without_privs())
+    }
+
+    /// A write or truncation by a caller without CAP_FSETID (the kernel marks such writes
+    /// FUSE_WRITE_KILL_SUIDGID and, with FUSE_HANDLE_KILLPRIV_V2, leaves the clearing to us):
+    /// clears setuid, and setgid if group-execute is set, before the change lands.
+    pub fn kill_suidgid(&self, ino: u64, fh: Option<u64>) -> Result<()> {
+        let Some(perm) = self.perm_without_privs(ino)? else {
             return Ok(());
         };
         let set = SetAttr {
@@ -268,13 +273,9 @@ impl<S: Store> Fs<S> {
     /// FUSE_HANDLE_KILLPRIV_V2 (it used to ask for the attributes first, one GETATTR per
     /// chown, and add the mode itself): the mode change goes with it, in one setattr.
     pub fn setattr_dropping_privs(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
-        let a = match self.getattr_fast(ino) {
-            Some((a, _)) => a,
-            None => self.getattr(ino)?,
-        };
         let mut set = *set;
         if set.mode.is_none() {
-            set.mode = a.perm_without_privs();
+            set.mode = self.perm_without_privs(ino)?;
         }
         self.setattr(ino, fh, &set)
     }
