@@ -656,6 +656,22 @@ def wl_write(s, sec):
                           "meta": sl1.get("meta_ops")}
             R.log(f"write {c.key}: untar {t1:.1f} s + sync {t2:.1f} s"
                   + (f", on the store after +{q:.1f} s" if q is not None else ""))
+            # The tree as it reached the store, checked now: the rm -rf below removes it.
+            on_store = s.b.backing / f"suite-write-{c.key}" / "untar"
+            p = R.run(["tar", "--diff", "-f", tar["tarball"], "-C", on_store], 900, check=False)
+            n = len((p.stdout + p.stderr).strip().splitlines())
+            r["untar"]["tree"] = "tree ok" if p.returncode == 0 else f"tree: {n} differences"
+            # rm -rf of that tree (`make clean`, a CI workspace wiped), caches dropped first;
+            # the store's own directory blocks read back in for the emulated contenders.
+            s.prepare(c, warm_files=[], prime=0)
+            if c.emulated:
+                R.run(["du", "-s", on_store], 900)
+            t3, _, _ = s.timed(sec, ["rm", "-rf", u], 600 + tar["files"] * 0.1, cgroup=False)
+            t4, _, _ = s.timed(sec, ["sync", "-f", d], 900, cgroup=False)
+            q = c.quiesce()
+            r["rm"] = {"rm_s": t3, "sync_s": t4, "quiesce": q}
+            R.log(f"write {c.key}: rm -rf {t3:.1f} s + sync {t4:.1f} s"
+                  + (f", on the store after +{q:.1f} s" if q is not None else ""))
 
     s.each(sec, WRITERS, body)
     # What reached the local disk behind each contender, after its unmount.
@@ -669,10 +685,11 @@ def wl_write(s, sec):
                 if f.exists() else ["missing"]
             v.append("chunk " + ("ok" if got == [ch["sha256"]] else f"MISMATCH ({got[0][:12]})"))
         if r.get("untar") and tar:
-            p = R.run(["tar", "--diff", "-f", tar["tarball"], "-C", local / "untar"], 900,
-                      check=False)
-            n = len((p.stdout + p.stderr).strip().splitlines())
-            v.append("tree ok" if p.returncode == 0 else f"tree: {n} differences")
+            v.append(r["untar"].get("tree", "tree not checked"))
+        if r.get("rm"):
+            left = sum(len(fs) + len(ds) for _, ds, fs in os.walk(local / "untar"))
+            v.append("removed" if not (local / "untar").exists()
+                     else f"rm: {left} entries left")
         r["verify"] = ", ".join(v) or "-"
         shutil.rmtree(local, ignore_errors=True)
 
@@ -685,6 +702,8 @@ def wl_write(s, sec):
                f"({R.human(tar['bytes'])}; crates.io sources of the first {tar['crates']} "
                f"crates of `Cargo.lock`, normalized tarball `{Path(tar['tarball']).name}`) "
                "into an empty directory, then `sync -f`. " if tar else "")
+            + ("**rm -rf** of that tree (after its check: `tar --diff` on the store), caches "
+               "dropped first, then `sync -f` of its parent. " if tar else "")
             + "*On the store after*: the time, after the job / the sync, until tierfs "
             "write-back had nothing dirty or rclone had no upload pending (rclone's `fsync` "
             "and `sync -f` do not upload; write-through tierfs and the store are synchronous). "
@@ -692,7 +711,8 @@ def wl_write(s, sec):
             "(sha256 of the file, `tar --diff` of the tree). " + emu_line(s, sec), "")
     sec.add("| contender | open s | write s | fsync s | close s | write MB/s | job MB/s | "
             "on the store after +s | untar s | sync s | on the store after +s | untar+sync "
-            "files/s | check |", "|---|" + "---:|" * 11 + "---|")
+            "files/s | rm -rf + sync s | on the store after +s | check |",
+            "|---|" + "---:|" * 13 + "---|")
     for key in WRITERS:
         r = res.get(key)
         if not r:
@@ -704,7 +724,9 @@ def wl_write(s, sec):
         b_ = (f"{u['untar_s']:.1f} | {u['sync_s']:.2f} | {md(u['quiesce'], '.1f')} | "
               f"{tar['files'] / (u['untar_s'] + u['sync_s']):,.0f}") if u and tar else \
             "- | - | - | -"
-        sec.add(f"| {s.c[key].short} | {a} | {b_} | {r.get('verify', '-')} |")
+        rm = r.get("rm")
+        c_ = (f"{rm['rm_s'] + rm['sync_s']:.2f} | {md(rm['quiesce'], '.1f')}") if rm else "- | -"
+        sec.add(f"| {s.c[key].short} | {a} | {b_} | {c_} | {r.get('verify', '-')} |")
     sec.add("")
 
     def job(k):
@@ -722,6 +744,13 @@ def wl_write(s, sec):
         return tar["files"] / (u["untar_s"] + u["sync_s"] + ((u["quiesce"] or 0) if with_q
                                                                else 0))
 
+    def rm(k, with_q=False):
+        r_ = (res.get(k) or {}).get("rm")
+        if not r_ or not tar:
+            return None
+        return tar["files"] / (r_["rm_s"] + r_["sync_s"] + ((r_["quiesce"] or 0) if with_q
+                                                            else 0))
+
     for t in [x for x in ("tierfs", "tierfs-wb") if x in s.keys(WRITERS)]:
         keys = [k for k in s.keys(WRITERS) if k == t or "tierfs" not in k
                 or (t == "tierfs" and k == "tierfs-default")]
@@ -729,9 +758,14 @@ def wl_write(s, sec):
                    {k: job(k) for k in keys}, tierfs=t)
         sec.metric(f"untar + sync -f files/s ({t})", "files/s", {k: untar(k) for k in keys},
                    tierfs=t)
+        sec.metric(f"rm -rf + sync -f files/s ({t})", "files/s", {k: rm(k) for k in keys},
+                   tierfs=t)
     if "tierfs-wb" in s.keys(WRITERS):
         sec.metric("untar until on the store files/s (tierfs-wb)", "files/s",
                    {k: untar(k, True) for k in WRITERS if "tierfs" not in k or k == "tierfs-wb"},
+                   tierfs="tierfs-wb")
+        sec.metric("rm -rf until on the store files/s (tierfs-wb)", "files/s",
+                   {k: rm(k, True) for k in WRITERS if "tierfs" not in k or k == "tierfs-wb"},
                    tierfs="tierfs-wb")
     sec.panels += [
         {"kind": "bars", "title": f"write job {R.human(P.write_size)}", "unit": "MB/s (log)",
@@ -742,6 +776,10 @@ def wl_write(s, sec):
          "unit": "files/s (log)", "log": True,
          "categories": ["untar + sync -f", "until on the store"],
          "series": [{"name": k, "values": [untar(k), untar(k, True)]} for k in res]},
+        {"kind": "bars", "title": f"rm -rf of the {tar['files'] if tar else '?'} files",
+         "unit": "files/s (log)", "log": True,
+         "categories": ["rm -rf + sync -f", "until on the store"],
+         "series": [{"name": k, "values": [rm(k), rm(k, True)]} for k in res]},
     ]
 
 

@@ -229,6 +229,9 @@ pub struct NsStats {
     /// Files and symlinks unlinked before the store had them: never sent to it.
     #[serde(default)]
     pub dropped: u64,
+    /// Unlinks of files and symlinks of the store acknowledged before the store had them.
+    #[serde(default)]
+    pub removed: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -133,23 +133,31 @@ impl<S: Store> Fs<S> {
             .map(|(_, e)| e))
     }
 
-    /// An unlink write-back takes without the store (see `Writeback::unlink_deferred`).
+    /// An unlink write-back takes without the store: of an object it made and has not sent
+    /// yet (`Writeback::unlink_deferred`), or of one of the store, removed there later
+    /// (`Writeback::remove_deferred`).
     pub(super) fn unlink_deferred(&self, parent: u64, name: &OsStr) -> bool {
         let Some(wb) = self.wb() else { return false };
         let Ok(p) = self.ns.inode(parent) else {
             return false;
         };
-        wb.unlink_deferred(&p, name, self.config().no_open())
+        let no_open = self.config().no_open();
+        wb.unlink_deferred(&p, name, no_open)
+            .or_else(|| wb.remove_deferred(&p, name, no_open, false))
             .is_some()
     }
 
-    /// An rmdir write-back takes without the store (see `Writeback::rmdir_deferred`).
+    /// An rmdir write-back takes without the store: of a directory it made and has not sent
+    /// yet (`Writeback::rmdir_deferred`), or of an empty one of the store, removed there
+    /// later (`Writeback::remove_deferred`).
     pub(super) fn rmdir_deferred(&self, parent: u64, name: &OsStr) -> bool {
         let Some(wb) = self.wb() else { return false };
         let Ok(p) = self.ns.inode(parent) else {
             return false;
         };
-        wb.rmdir_deferred(&p, name).is_some()
+        wb.rmdir_deferred(&p, name)
+            .or_else(|| wb.remove_deferred(&p, name, self.config().no_open(), true))
+            .is_some()
     }
 
     /// A rename write-back takes without the store (see `Writeback::rename_deferred`).

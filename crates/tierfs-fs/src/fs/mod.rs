@@ -483,9 +483,28 @@ impl<S: Store> Fs<S> {
         }
         let r = self.data.create(parent, name, mode, flags, req);
         self.names_changed(parent);
-        let (e, o) = r?;
+        let (mut e, o) = r?;
         if flags & libc::O_TRUNC != 0 {
-            if let Err(err) = self.publish_truncate(e.ino, o.fh) {
+            // An existing file truncated by a caller without CAP_FSETID (uid 0 stands for
+            // it, as in the adapter's open) loses setuid and setgid, as `Fs::kill_suidgid`.
+            let privs = if req.uid != 0 {
+                e.attr.perm_without_privs()
+            } else {
+                None
+            };
+            let r = self
+                .publish_truncate(e.ino, o.fh)
+                .and_then(|()| match privs {
+                    Some(perm) => {
+                        let set = SetAttr {
+                            mode: Some(perm),
+                            ..Default::default()
+                        };
+                        self.setattr(e.ino, Some(o.fh), &set).map(|a| e.attr = a)
+                    }
+                    None => Ok(()),
+                });
+            if let Err(err) = r {
                 // The kernel never gets the entry, so it sends no FORGET for it.
                 self.forget(e.ino, 1);
                 return Err(err);

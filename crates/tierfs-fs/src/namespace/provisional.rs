@@ -56,14 +56,15 @@ struct Inner<T: Store> {
     failed: FxHashMap<Ident, Errno>,
     /// Names the store still holds but the application no longer sees: a provisional object
     /// made on the store and renamed since, by a move the namespace flusher has not applied
-    /// yet (`writeback::ns_move`). Counted: a name may be left by several queued moves.
+    /// yet (`writeback::ns_move`), or an object of the store unlinked by a removal not applied
+    /// yet (`writeback::ns_remove`). Counted: a name may be left by several queued moves.
     hidden: FxHashMap<(Ident, OsString), u32>,
 }
 
 pub struct Provisional<T: Store> {
     inner: Mutex<Inner<T>>,
     changed: Condvar,
-    /// `objs.len()`, read without the lock.
+    /// `objs.len() + hidden.len()`, read without the lock: [`Provisional::is_empty`].
     count: AtomicUsize,
     /// `failed` is not empty, read without the lock (the data flushers ask of every dirty
     /// file whether it failed).
@@ -103,8 +104,13 @@ impl<T: Store> Provisional<T> {
         }
     }
 
+    /// No provisional object and no hidden name: lookups and listings need not ask.
     pub fn is_empty(&self) -> bool {
         self.count.load(Relaxed) == 0
+    }
+
+    fn recount(&self, g: &Inner<T>) {
+        self.count.store(g.objs.len() + g.hidden.len(), Relaxed);
     }
 
     /// Records a new provisional object `inode` with `attr`, named `name` in `parent` (a
@@ -134,7 +140,7 @@ impl<T: Store> Provisional<T> {
                 target: target.map(OsStr::to_owned),
             },
         );
-        self.count.store(g.objs.len(), Relaxed);
+        self.recount(&g);
     }
 
     pub fn lookup(&self, parent: Ident, name: &OsStr) -> ProvLookup<T> {
@@ -155,17 +161,15 @@ impl<T: Store> Provisional<T> {
     }
 
     /// `parent/name` is no longer the application's, though the store holds it until a
-    /// queued move is applied: lookups answer ENOENT and listings leave it out.
+    /// queued move or removal is applied: lookups answer ENOENT and listings leave it out.
     pub fn hide(&self, parent: Ident, name: &OsStr) {
-        *self
-            .inner
-            .lock()
-            .hidden
-            .entry((parent, name.to_owned()))
-            .or_insert(0) += 1;
+        let mut g = self.inner.lock();
+        *g.hidden.entry((parent, name.to_owned())).or_insert(0) += 1;
+        self.recount(&g);
     }
 
-    /// The move that left `parent/name` is applied: the store no longer holds the name.
+    /// The move or removal that left `parent/name` is applied: the store no longer holds
+    /// the name (or, after a conflict, holds someone else's object there).
     pub fn unhide(&self, parent: Ident, name: &OsStr) {
         let mut g = self.inner.lock();
         let key = (parent, name.to_owned());
@@ -175,6 +179,7 @@ impl<T: Store> Provisional<T> {
                 g.hidden.remove(&key);
             }
         }
+        self.recount(&g);
     }
 
     /// The names of directory `parent` the store holds and the application left (see
@@ -319,7 +324,7 @@ impl<T: Store> Provisional<T> {
                 }
             }
         }
-        self.count.store(g.objs.len(), Relaxed);
+        self.recount(&g);
         drop(g);
         self.changed.notify_all();
     }
@@ -336,7 +341,7 @@ impl<T: Store> Provisional<T> {
         }
         g.failed.insert(old, e);
         self.any_failed.store(true, Relaxed);
-        self.count.store(g.objs.len(), Relaxed);
+        self.recount(&g);
         drop(g);
         self.changed.notify_all();
     }

@@ -24,6 +24,7 @@ mod ns_narrow;
 mod ns_order;
 mod ns_queue;
 mod ns_record;
+mod ns_remove;
 mod ns_rename;
 mod ns_replay;
 mod replay;
@@ -169,6 +170,7 @@ impl<S: Store> Writeback<S> {
                 waits: g(&c.ns_waits),
                 wait_ms: g(&c.ns_wait_ms),
                 dropped: g(&c.ns_dropped),
+                removed: g(&c.ns_removed),
             },
             reserve: ReserveStats {
                 reserved_inodes: self.inodes.reserved(),

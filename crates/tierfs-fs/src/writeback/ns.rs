@@ -215,6 +215,8 @@ impl<S: Store> Writeback<S> {
                     Job::Renamed {
                         from: Some(parent), ..
                     } => parent,
+                    // Its directory's shadow counted it (`remove_deferred`).
+                    Job::Removed { parent, .. } => parent,
                     _ => continue,
                 };
                 {
@@ -267,8 +269,16 @@ impl<S: Store> Writeback<S> {
             .map(|j| OrderIn {
                 id: j.inode().id(),
                 parent: match j {
-                    Job::Create { parent, .. } | Job::Moved { parent, .. } => Some(parent.id()),
+                    Job::Create { parent, .. }
+                    | Job::Moved { parent, .. }
+                    | Job::Removed { parent, .. } => Some(parent.id()),
                     Job::SetAttr { .. } | Job::Drop { .. } | Job::Renamed { .. } => None,
+                },
+                name: match j {
+                    Job::Create { parent, name, .. } | Job::Removed { parent, name, .. } => {
+                        Some(super::ns_order::name_key(parent.id(), name))
+                    }
+                    _ => None,
                 },
                 barrier: matches!(j, Job::Moved { .. }),
             })

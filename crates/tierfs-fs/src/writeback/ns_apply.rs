@@ -27,7 +27,7 @@ pub(super) struct Applying<S: Store> {
 }
 
 impl<S: Store> Applying<S> {
-    fn sync_dir(&mut self, id: Ident, node: Node<S>) {
+    pub(super) fn sync_dir(&mut self, id: Ident, node: Node<S>) {
         if !self.dirs.iter().any(|(d, _)| *d == id) {
             self.dirs.push((id, node));
         }
@@ -238,6 +238,15 @@ impl<S: Store> Writeback<S> {
                 to,
                 ..
             } => self.apply_move(inode, parent, from, to, state),
+            Job::Removed {
+                inode,
+                parent,
+                name,
+                kind,
+                id,
+                size,
+                ..
+            } => self.apply_remove(inode, parent, name, *kind, *id, *size, state),
             Job::SetAttr { inode, .. } => {
                 let FoldOut::SetAttr(rest) = how else {
                     unreachable!("a setattr's plan is a setattr")

@@ -14,6 +14,12 @@
 //! - a setattr of a directory comes after every earlier create in it (tar sets a directory's
 //!   times once it is done with it: the names made in it must not move them again).
 //!
+//! - an unlink or rmdir of an object of the store (`ns_remove`) is ordered like a create in
+//!   its directory (an rmdir also after every earlier operation in the directory it
+//!   removes), and a later operation that makes the same name (a create, a file saved anew
+//!   under the name it had) comes after it: operations that make or remove one name in one
+//!   directory share a *name key*, and keep their order;
+//!
 //! - a move of a name on the store (`ns_move`, rare: a lock file renamed into place) is a
 //!   barrier: it comes after everything before it and before everything after it (a create
 //!   of the name it frees must find it free).
@@ -31,8 +37,20 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 pub(crate) struct OrderIn {
     pub id: Ident,
     pub parent: Option<Ident>,
+    /// The name it makes or removes (a hash of directory and name; operations with equal
+    /// keys keep their order, so a collision only orders more).
+    pub name: Option<u64>,
     /// Ordered against every other operation of the group.
     pub barrier: bool,
+}
+
+/// The name key of `name` in directory `dir` (see [`OrderIn::name`]).
+pub(crate) fn name_key(dir: Ident, name: &std::ffi::OsStr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    dir.hash(&mut h);
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// The level of each operation (see the module comment): those of one level are independent
@@ -42,6 +60,7 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
     // directory.
     let mut last: FxHashMap<Ident, u32> = FxHashMap::default();
     let mut created_in: FxHashMap<Ident, u32> = FxHashMap::default();
+    let mut named: FxHashMap<u64, u32> = FxHashMap::default();
     let mut out = Vec::with_capacity(ops.len());
     // The lowest level an operation may have (one past the last barrier), and the highest
     // level given so far.
@@ -57,15 +76,21 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
             continue;
         }
         let mut level = after(last.get(&op.id)).max(floor);
-        match op.parent {
-            Some(p) => {
-                level = level.max(after(last.get(&p)));
-                let c = created_in.entry(p).or_insert(level);
-                *c = (*c).max(level);
-            }
-            None => level = level.max(after(created_in.get(&op.id))),
+        if let Some(k) = op.name {
+            level = level.max(after(named.get(&k)));
+        }
+        // After every earlier operation in it, if it is a directory (a setattr of it, its
+        // removal; for a new object there is none).
+        level = level.max(after(created_in.get(&op.id)));
+        if let Some(p) = op.parent {
+            level = level.max(after(last.get(&p)));
+            let c = created_in.entry(p).or_insert(level);
+            *c = (*c).max(level);
         }
         last.insert(op.id, level);
+        if let Some(k) = op.name {
+            named.insert(k, level);
+        }
         top = top.max(Some(level));
         out.push(level);
     }
@@ -109,6 +134,7 @@ mod tests {
         OrderIn {
             id: (1, id),
             parent: Some((1, parent)),
+            name: Some(id),
             barrier: false,
         }
     }
@@ -117,6 +143,7 @@ mod tests {
         OrderIn {
             id: (1, id),
             parent: None,
+            name: None,
             barrier: false,
         }
     }
@@ -128,6 +155,7 @@ mod tests {
         let mv = OrderIn {
             id: (1, 11),
             parent: Some((1, 10)),
+            name: None,
             barrier: true,
         };
         let ops = [
@@ -166,6 +194,34 @@ mod tests {
         // then another setattr of it.
         let ops = [setattr(5), create(6, 5), create(7, 5), setattr(5)];
         assert_eq!(levels(&ops), vec![0, 1, 1, 2]);
+    }
+
+    #[test]
+    fn a_name_removed_and_made_again_keeps_its_order_and_others_go_at_once() {
+        // `rm -f d/*` of three files of the store (objects 11-13, names 1-3), then a new file
+        // under name 2 (object 14) and one under a new name 4 (object 15); then a setattr
+        // of d, which comes after every name change in it.
+        let name = |id: u64, key: u64| OrderIn {
+            name: Some(key),
+            ..create(id, 10)
+        };
+        let ops = [
+            name(11, 1),
+            name(12, 2),
+            name(13, 3),
+            name(14, 2),
+            name(15, 4),
+            setattr(10),
+        ];
+        assert_eq!(levels(&ops), vec![0, 0, 0, 1, 0, 2]);
+        // `rm -rf d` of a store directory d (10) in the root (1): its files, then d itself
+        // (object 10, in 1), after them.
+        let rmdir = OrderIn {
+            name: Some(99),
+            ..create(10, 1)
+        };
+        let ops = [name(11, 1), name(12, 2), rmdir];
+        assert_eq!(levels(&ops), vec![0, 0, 1]);
     }
 
     #[test]

@@ -89,6 +89,20 @@ pub(crate) enum Job<S: Store> {
         to: OsString,
         at: Instant,
     },
+    /// An unlink of a file or symlink of the store (`Writeback::remove_deferred`): `name` in
+    /// `parent` removed on the store in its turn, if it still holds the object (`kind`, `id`,
+    /// `size`). `inode` is the object's, under an identity of its own since (nothing reaches
+    /// it by name). Queued, the name is hidden from lookups and listings.
+    Removed {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        name: OsString,
+        kind: FileKind,
+        id: Ident,
+        size: u64,
+        at: Instant,
+    },
 }
 
 impl<S: Store> Job<S> {
@@ -98,7 +112,8 @@ impl<S: Store> Job<S> {
             | Job::SetAttr { seq, .. }
             | Job::Drop { seq, .. }
             | Job::Renamed { seq, .. }
-            | Job::Moved { seq, .. } => *seq,
+            | Job::Moved { seq, .. }
+            | Job::Removed { seq, .. } => *seq,
         }
     }
     pub(super) fn inode(&self) -> &Arc<Inode<St<S>>> {
@@ -107,7 +122,8 @@ impl<S: Store> Job<S> {
             | Job::SetAttr { inode, .. }
             | Job::Drop { inode, .. }
             | Job::Renamed { inode, .. }
-            | Job::Moved { inode, .. } => inode,
+            | Job::Moved { inode, .. }
+            | Job::Removed { inode, .. } => inode,
         }
     }
     /// What `ns_fold` needs to know of it.
@@ -133,7 +149,9 @@ impl<S: Store> Job<S> {
                     .as_ref()
                     .is_some_and(|st| st.has_dirty.load(Acquire)),
             },
-            Job::Drop { .. } | Job::Renamed { .. } | Job::Moved { .. } => FoldIn::Skip,
+            Job::Drop { .. } | Job::Renamed { .. } | Job::Moved { .. } | Job::Removed { .. } => {
+                FoldIn::Skip
+            }
         }
     }
 
@@ -143,7 +161,8 @@ impl<S: Store> Job<S> {
             | Job::SetAttr { at, .. }
             | Job::Drop { at, .. }
             | Job::Renamed { at, .. }
-            | Job::Moved { at, .. } => *at,
+            | Job::Moved { at, .. }
+            | Job::Removed { at, .. } => *at,
         }
     }
 }

@@ -23,12 +23,17 @@
 //!                  had taken (made, or being made, under `from`) renamed to a free name in
 //!                  its directory; replay renames `from` to `to` on the store, in its place
 //!                  in the journal order, and its data records follow it
+//! REMOVE  (op 7) = path (u16 length, bytes) | kind u8 (1 file, 2 directory: an rmdir,
+//!                  3 symlink) | dev u64 | ino u64 | size u64: an unlink or rmdir of an object
+//!                  of the store (`ns_remove`); replay removes `path` only if it still holds
+//!                  that object (the same kind, size but for a directory, and `(dev, ino)`
+//!                  unless that is a path identity)
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for ops 5 and 6.)
+//! downgrade only with an empty journal. The same holds for ops 5, 6 and 7.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -39,6 +44,7 @@ const OP_UNLINK: u8 = 3;
 const OP_RENAME: u8 = 4;
 const OP_RENAME_OVER: u8 = 5;
 pub(super) const OP_MOVE: u8 = 6;
+const OP_REMOVE: u8 = 7;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -85,6 +91,15 @@ pub(crate) enum NsOp {
         from: Vec<u8>,
         to: Vec<u8>,
         prov: u64,
+    },
+    /// A file or symlink of the store unlinked (`Writeback::remove_deferred`): removed on
+    /// the store in journal order, if `path` still holds it.
+    Remove {
+        path: Vec<u8>,
+        kind: FileKind,
+        /// Its identity as the store gave it (`(dev, ino)`; a path identity is not checked).
+        id: (u64, u64),
+        size: u64,
     },
 }
 
@@ -265,6 +280,23 @@ impl NsOp {
                 put_bytes(&mut out, to);
                 out.extend_from_slice(&prov.to_le_bytes());
             }
+            NsOp::Remove {
+                path,
+                kind,
+                id,
+                size,
+            } => {
+                out.push(OP_REMOVE);
+                put_bytes(&mut out, path);
+                out.push(match kind {
+                    FileKind::Dir => 2,
+                    FileKind::Symlink => 3,
+                    _ => 1,
+                });
+                out.extend_from_slice(&id.0.to_le_bytes());
+                out.extend_from_slice(&id.1.to_le_bytes());
+                out.extend_from_slice(&size.to_le_bytes());
+            }
         }
         out
     }
@@ -361,6 +393,26 @@ impl NsOp {
                 }
                 NsOp::Move { from, to, prov }
             }
+            OP_REMOVE => {
+                let path = r.bytes()?;
+                let kind = match r.u8()? {
+                    1 => FileKind::File,
+                    2 => FileKind::Dir,
+                    3 => FileKind::Symlink,
+                    _ => return Err("namespace record: unknown kind"),
+                };
+                let id = (r.i64()? as u64, r.i64()? as u64);
+                let size = r.i64()? as u64;
+                if path.is_empty() {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Remove {
+                    path,
+                    kind,
+                    id,
+                    size,
+                }
+            }
             _ => return Err("namespace record: unknown operation"),
         };
         if r.at != b.len() {
@@ -438,6 +490,24 @@ mod tests {
                 from: b".git/index.lock".to_vec(),
                 to: b".git/index".to_vec(),
                 prov: 79,
+            },
+            NsOp::Remove {
+                path: b"target/debug/old.o".to_vec(),
+                kind: FileKind::File,
+                id: (1 << 63 | 5, u64::MAX),
+                size: 1 << 33,
+            },
+            NsOp::Remove {
+                path: b"l".to_vec(),
+                kind: FileKind::Symlink,
+                id: (7, 8),
+                size: 0,
+            },
+            NsOp::Remove {
+                path: b"a/b".to_vec(),
+                kind: FileKind::Dir,
+                id: (7, 9),
+                size: 4096,
             },
         ];
         for op in &ops {

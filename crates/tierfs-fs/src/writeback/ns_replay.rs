@@ -159,7 +159,7 @@ pub(crate) fn replay_ns<S: Store>(
                     prov,
                     over: replaced.is_some(),
                 },
-                NsOp::Unlink { path, .. } => Naming::Other(path, true),
+                NsOp::Unlink { path, .. } | NsOp::Remove { path, .. } => Naming::Other(path, true),
                 NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name), false),
                 // Applied in its place in the order, on names the store has: nothing to
                 // follow.
@@ -442,6 +442,51 @@ pub(crate) fn replay_ns<S: Store>(
                         refused_prov.insert(*prov);
                     }
                     Err(e) => return Err(fail("renaming", from, e)),
+                }
+            }
+            NsOp::Remove {
+                path,
+                kind,
+                id,
+                size,
+            } => {
+                // An unlink of an object of the store: removed if the name still holds it
+                // (`ns_remove`), as the flusher does.
+                let (parent, name) = split(path);
+                let n = OsStr::from_bytes(name);
+                let pnode = match super::replay::open_by_path(store, parent) {
+                    Ok((pnode, _)) => pnode,
+                    Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => continue,
+                    Err(e) => return Err(fail("looking up", parent, e)),
+                };
+                match store.lookup(&pnode, n) {
+                    Err(e) if e == Errno::ENOENT => {}
+                    Err(e) => return Err(fail("looking up", path, e)),
+                    Ok((_, a)) if !super::ns_remove::same_object(&a, *kind, *id, *size) => {
+                        tracing::warn!(
+                            "write-back replay: {} holds another object than the one unlinked: left as it is",
+                            String::from_utf8_lossy(path)
+                        );
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                    }
+                    Ok(_) => match match kind {
+                        FileKind::Dir => store.rmdir(&pnode, n),
+                        _ => store.unlink(&pnode, n),
+                    } {
+                        Ok(()) => {}
+                        Err(e) if e == Errno::ENOENT => {}
+                        Err(e) if e == Errno(libc::ENOTEMPTY) || e == Errno(libc::EEXIST) => {
+                            tracing::warn!(
+                                "write-back replay: {} has names in it that are not ours: left as it is",
+                                String::from_utf8_lossy(path)
+                            );
+                            c.ns_conflicts.fetch_add(1, Relaxed);
+                        }
+                        Err(e) => return Err(fail("removing", path, e)),
+                    },
+                }
+                if !dirs.iter().any(|d| d == parent) {
+                    dirs.push(parent.to_vec());
                 }
             }
             NsOp::Unlink { path, kind, prov } => {

@@ -1,0 +1,293 @@
+//! A deferred removal (see `ns`): an unlink of a file or symlink of the store, acknowledged
+//! at once and applied to the store in its turn. `rm -rf` of a build tree, `make clean`, a
+//! checkout that drops the files of the old branch: each unlink was a store round trip the
+//! application waited for (after every deferred operation before it), one at a time, while
+//! the namespace flusher applies a group's removals on `writeback.namespace_threads` threads.
+//!
+//! Only what a removal cannot get wrong is deferred: a file or symlink the metadata cache
+//! names in a fresh listing of a directory of the store, with one link (another name would
+//! keep the object and its attributes alive), not open and with no dirty data (an open file
+//! outlives its unlink; the data of a file must reach the store before its unlink, see
+//! docs/writeback.md). From then on no open gets the object (as after the unlink), its name
+//! is hidden from lookups and listings until the flusher has removed it
+//! (`Provisional::hide`), and the inode takes an identity of its own, so that what is made
+//! under the name next, or gets the store's inode number once it is free, is another object.
+//!
+//! The store must still hold that object when the removal comes: the flusher (and replay,
+//! which applies the REMOVE record the same way) removes the name only if it holds the same
+//! kind and size, and on a store with inode identities the same inode. Anything else was put
+//! there by someone else since: it is left as it is, with a log line and a conflict counted,
+//! never removed in our name. (On a store with path identities, a replacement of the same
+//! kind and size is not told apart: as with an unlink done on the store, which removes what
+//! the name holds then.)
+
+use super::ns_apply::{transient, Applying};
+use super::ns_defer::give_back;
+use super::ns_queue::Job;
+use super::ns_record::NsOp;
+use super::Writeback;
+use crate::file_state::DROPPED;
+use crate::identity::{is_path_id, Ident};
+use crate::inode::Inode;
+use crate::meta::{ident, Child, NameLookup};
+use crate::namespace::{is_provisional, ProvLookup};
+use crate::shared::{Node, St};
+use parking_lot::Mutex;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+use tierfs_cache::journal::Record;
+use tierfs_store::{Attr, Errno, FileKind, Store};
+
+/// Whether `a`, what the store's name holds now, is the object a removal was recorded for
+/// (a directory's size changes with what is removed from it).
+pub(super) fn same_object(a: &Attr, kind: FileKind, id: Ident, size: u64) -> bool {
+    a.kind == kind
+        && (a.size == size || kind == FileKind::Dir)
+        && (is_path_id(id) || ident(a) == id)
+}
+
+impl<S: Store> Writeback<S> {
+    /// An unlink (`dir` false) of `p/name`, a file or symlink of the store, or an rmdir
+    /// (`dir` true) of an empty directory of the store, deferred (see the module comment).
+    /// None: done on the store, as before.
+    pub(crate) fn remove_deferred(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        no_open: bool,
+        dir: bool,
+    ) -> Option<()> {
+        if !self.defers_namespace()
+            || no_open
+            || p.kind != FileKind::Dir
+            || is_provisional(p.id())
+            || !matches!(self.ns.prov.lookup(p.id(), name), ProvLookup::NotHere)
+        {
+            return None;
+        }
+        let c = match self.ns.meta.lookup(p.id(), name) {
+            NameLookup::Found(c) => c,
+            // The rmdir at the top of an `rm -rf`, in a directory nobody listed: one request
+            // to the store says what the name holds, where an rmdir on the store would wait
+            // for every removal queued in the tree first.
+            NameLookup::Unknown if dir => {
+                let (_, a) = self.sh.store.lookup(&self.ns.node(p).ok()?, name).ok()?;
+                Child {
+                    id: ident(&a),
+                    kind: a.kind,
+                }
+            }
+            _ => return None,
+        };
+        // A file's size and link count (a directory's attributes change with every name
+        // removed from it, and are not needed).
+        let size = match c.kind {
+            FileKind::File | FileKind::Symlink if !dir => {
+                let (attr, _) = self.ns.meta.attr(c.id)?;
+                (attr.kind == c.kind && attr.nlink == 1).then_some(attr.size)?
+            }
+            FileKind::Dir if dir && self.empty_as_shown(c.id) => 0,
+            _ => return None,
+        };
+        if is_provisional(c.id) {
+            return None;
+        }
+        let inode = self.ns.inodes.by_ident(c.id)?;
+        // The directory as the application sees it meanwhile: its shadow's base.
+        let pattr = self
+            .deferred_dir_attr(p.id())
+            .or_else(|| self.ns.meta.attr(p.id()).map(|(a, _)| a))?;
+        let mut path = self.backing_path(p)?;
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name.as_bytes());
+        // From here on no open gets it; and it has no data the store lacks (checked after
+        // the claim: nothing can write it any more).
+        if let Some(st) = &inode.file {
+            if st
+                .opens
+                .compare_exchange(0, DROPPED, AcqRel, Acquire)
+                .is_err()
+            {
+                return None;
+            }
+            if st.has_dirty.load(Acquire) {
+                give_back(&inode);
+                return None;
+            }
+        }
+        let op = NsOp::Remove {
+            path,
+            kind: c.kind,
+            id: c.id,
+            size,
+        };
+        let q = self.nsq.q.lock();
+        let Ok(seq) = self.journal.append(Record::Ns {
+            payload: &op.encode(),
+        }) else {
+            give_back(&inode);
+            return None;
+        };
+        self.ns.prov.hide(p.id(), name);
+        if !dir {
+            // No name leads to the object any more: its identity is free for what comes
+            // next. (A directory keeps its own until it is removed: the removals queued in it
+            // reach the store through it.)
+            self.forget_object(c.id, p, name);
+        }
+        let now = tierfs_store::TimeSpec::now();
+        {
+            let mut dirs = self.nsq.dirs.lock();
+            let e = dirs.entry(p.id()).or_insert((0, pattr));
+            e.0 += 1;
+            if dir {
+                e.1.nlink = e.1.nlink.saturating_sub(1).max(2);
+            }
+            e.1.mtime = now;
+            e.1.ctime = now;
+            self.nsq.dirs_shadowed.store(true, Relaxed);
+        }
+        self.c.ns_removed.fetch_add(1, Relaxed);
+        self.enqueue(
+            q,
+            Job::Removed {
+                seq,
+                inode,
+                parent: p.clone(),
+                name: name.to_owned(),
+                kind: c.kind,
+                id: c.id,
+                size,
+                at: Instant::now(),
+            },
+        );
+        Some(())
+    }
+
+    /// Whether directory `id`, as the application sees it, is empty: a fresh listing of it
+    /// in the metadata cache has no name that is not being removed, and nothing new is in it.
+    fn empty_as_shown(&self, id: Ident) -> bool {
+        let Some(listing) = self.ns.meta.listing(id) else {
+            return false;
+        };
+        if !self.ns.prov.children(id).is_empty() {
+            return false;
+        }
+        let hidden = self.ns.prov.hidden_in(id);
+        listing.iter().all(|(n, _)| hidden.contains(n))
+    }
+
+    /// Object `id` lost its name `p/name`: nothing leads to it any more, and its identity is
+    /// free for what is made next.
+    fn forget_object(&self, id: Ident, p: &Arc<Inode<St<S>>>, name: &OsStr) {
+        self.ns.meta.drop_attr(id);
+        self.ns.unnamed(id, p, name);
+        let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
+        self.ns.inodes.vacate(id, None, &relabel);
+    }
+
+    /// Applies a queued removal: `parent/name` unlinked (or, a directory, removed) on the
+    /// store if it still holds the object `inode` was (see the module comment). Err: retry
+    /// later (transient).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_remove(
+        &self,
+        inode: &Arc<Inode<St<S>>>,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        kind: FileKind,
+        id: Ident,
+        size: u64,
+        state: &Mutex<Applying<S>>,
+    ) -> std::result::Result<(), Errno> {
+        let done = |kept: Option<String>| {
+            match kept {
+                Some(why) => {
+                    tracing::warn!(
+                        "write-back: {name:?} was not removed from the store: {why}; left as it is"
+                    );
+                    self.c.ns_conflicts.fetch_add(1, Relaxed);
+                    // What the name holds is someone else's: asked of the store again.
+                    self.ns.meta.drop_listing(parent.id());
+                }
+                None => {
+                    // A listing of the store taken while the name was there must not bring
+                    // it back.
+                    self.ns.meta.remove_name(parent.id(), name);
+                }
+            }
+            self.ns.listed_changed(parent);
+            self.ns.prov.unhide(parent.id(), name);
+            self.c.ns_applied.fetch_add(1, Relaxed);
+        };
+        let pnode = match self.ns.node(parent) {
+            Ok(n) => n,
+            Err(e) if transient(e) => return Err(e),
+            Err(e) => {
+                done(Some(format!("its directory is gone ({e})")));
+                return Ok(());
+            }
+        };
+        let pid = parent.id();
+        let ours_now = state
+            .lock()
+            .made
+            .iter()
+            .any(|(_, m)| m.parent.id() == pid && m.name == name);
+        match self.sh.store.lookup(&pnode, name) {
+            // Removed already: by an earlier try of this group, or by someone else.
+            Err(e) if e == Errno::ENOENT => {}
+            // Removed by an earlier try of this group, which then made a new object of ours
+            // under the name (a create or move after the removal): never that one.
+            Ok(_) if ours_now => {}
+            Err(e) if transient(e) => return Err(e),
+            Err(e) => {
+                done(Some(e.to_string()));
+                return Ok(());
+            }
+            Ok((_, a)) if !same_object(&a, kind, id, size) => {
+                done(Some("the name holds another object now".into()));
+                return Ok(());
+            }
+            Ok(_) => {
+                let r = match kind {
+                    FileKind::Dir => self.sh.store.rmdir(&pnode, name),
+                    _ => self.sh.store.unlink(&pnode, name),
+                };
+                match r {
+                    Ok(()) => {}
+                    Err(e) if e == Errno::ENOENT => {}
+                    Err(e) if transient(e) => return Err(e),
+                    Err(e) if e == Errno(libc::ENOTEMPTY) || e == Errno(libc::EEXIST) => {
+                        done(Some("someone else made names in it".into()));
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        done(Some(e.to_string()));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        {
+            let mut st = state.lock();
+            st.sync_dir(parent.id(), pnode);
+            if kind == FileKind::Dir {
+                // Gone: what was removed from it is as durable as its removal.
+                let gone = inode.id();
+                st.dirs.retain(|(d, _)| *d != gone);
+            }
+        }
+        if kind == FileKind::Dir {
+            self.ns.meta.drop_listing(inode.id());
+            self.forget_object(inode.id(), parent, name);
+        }
+        done(None);
+        Ok(())
+    }
+}
