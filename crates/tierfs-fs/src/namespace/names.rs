@@ -10,7 +10,7 @@ use crate::shared::{Node, St};
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_store::{Result, Store};
+use tierfs_store::{FileKind, Result, Store};
 
 impl<S: Store> Namespace<S> {
     pub fn mknod(
@@ -176,7 +176,7 @@ impl<S: Store> Namespace<S> {
             _ => None,
         };
         if let Some((id, i)) = known {
-            if pin {
+            if pin && self.may_outlive_its_name(&i) {
                 if let Ok(n) = self.node(&i) {
                     i.pin_node(n);
                 }
@@ -195,6 +195,24 @@ impl<S: Store> Namespace<S> {
             }
         }
         Some(ident(&attr))
+    }
+
+    /// Whether object `i` may still be used once the name it is known by is gone, and so
+    /// needs its node pinned before: it has a node already (pinning costs nothing), is open
+    /// (or may be: under FUSE no-open the kernel does not say), has another link, or is a
+    /// directory (a process may be in it). A file that is none of these is never asked for
+    /// again: its unlink costs one store request instead of three (the lookup that resolves
+    /// its node is an open and a stat on the store; `rm -rf` through write-through tierfs ran
+    /// at 0.69x the store alone over the hdd emulator with them).
+    fn may_outlive_its_name(&self, i: &Inode<St<S>>) -> bool {
+        if i.node().is_some() || i.kind == FileKind::Dir || self.sh.cfg.no_open() {
+            return true;
+        }
+        let open = i
+            .file
+            .as_ref()
+            .is_some_and(|st| st.opens.load(std::sync::atomic::Ordering::Acquire) != 0);
+        open || self.meta.attr(i.id()).is_none_or(|(a, _)| a.nlink != 1)
     }
 
     /// After an operation removed `name` from `p` (or failed doing so).
