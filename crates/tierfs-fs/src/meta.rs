@@ -459,6 +459,18 @@ impl MetaCache {
         removed
     }
 
+    /// `name` is gone from `dir`'s listing, by a change of ours whose effect on `dir`'s own
+    /// attributes is accounted for elsewhere (a deferred removal: its directory's shadow).
+    pub fn forget_name(&self, dir: Ident, name: &OsStr) {
+        let removed = self.dirs.get_mut(&dir).and_then(|mut l| {
+            l.version = next_version();
+            l.names.remove(name)
+        });
+        if let Some(c) = removed {
+            self.drop_attr(c.id);
+        }
+    }
+
     /// The kernel is given `dir`'s listing at an opendir: whether it may keep the copy it
     /// cached at the previous one (the names are unchanged since).
     pub fn opened(&self, dir: Ident) -> bool {

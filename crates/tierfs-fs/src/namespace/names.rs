@@ -199,13 +199,15 @@ impl<S: Store> Namespace<S> {
 
     /// Whether object `i` may still be used once the name it is known by is gone, and so
     /// needs its node pinned before: it has a node already (pinning costs nothing), is open
-    /// (or may be: under FUSE no-open the kernel does not say), has another link, or is a
-    /// directory (a process may be in it). A file that is none of these is never asked for
-    /// again: its unlink costs one store request instead of three (the lookup that resolves
+    /// (or may be: under FUSE no-open the kernel does not say), has another link, or is not a
+    /// regular file (a process may be in a directory; a FIFO, socket or device is opened
+    /// without an OPEN reaching us). A regular file that is none of these is never asked for
+    /// again (but through an `O_PATH` descriptor, which sends no OPEN either: its `fstat`
+    /// after the unlink fails with ESTALE): its unlink costs one store request instead of three (the lookup that resolves
     /// its node is an open and a stat on the store; `rm -rf` through write-through tierfs ran
     /// at 0.69x the store alone over the hdd emulator with them).
     fn may_outlive_its_name(&self, i: &Inode<St<S>>) -> bool {
-        if i.node().is_some() || i.kind == FileKind::Dir || self.sh.cfg.no_open() {
+        if i.node().is_some() || i.kind != FileKind::File || self.sh.cfg.no_open() {
             return true;
         }
         let open = i

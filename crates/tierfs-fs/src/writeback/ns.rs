@@ -18,6 +18,7 @@ use super::ns_apply::{Applying, Made};
 use super::ns_fold::FoldOut;
 use super::ns_order::OrderIn;
 use super::ns_queue::{Job, GROUP_MAX};
+use super::ns_remove::Removal;
 
 /// Objects made on the store and not yet published that the namespace flusher keeps at most
 /// before it publishes directories with creates still queued in them (see `publish`): each
@@ -102,7 +103,7 @@ impl<S: Store> Writeback<S> {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
-            let (done_upto, rest) = wb.apply_group(batch, &mut made);
+            let (done_upto, rest, removals) = wb.apply_group(batch, &mut made);
             if !rest.is_empty() {
                 // Put back in front, in order: nothing after a failed operation goes first.
                 // A create put back may be on the store already (made after the failure, or
@@ -129,6 +130,9 @@ impl<S: Store> Writeback<S> {
                 if let Err(e) = durable {
                     tracing::error!("write-back journal: {e}");
                 }
+                // Removed names leave the cached listings before what the group made under
+                // them joins it (`rm f; touch f`: the new f is learned by `publish`).
+                wb.removals_done(removals, upto);
                 wb.publish(&mut made);
                 *wb.nsq.applied.lock() = upto;
                 wb.nsq.applied_cv.notify_all();
@@ -157,18 +161,20 @@ impl<S: Store> Writeback<S> {
     /// that got names. Returns the last seq applied and durable (None if none) and the
     /// operations to try again: from the first one not applied on (in journal order), or all
     /// of them if a directory sync failed (applied again, they find their objects made, see
-    /// `apply`).
+    /// `apply`); and the removals applied, whose namespace side waits for the DONE
+    /// (`Writeback::removals_done`).
     fn apply_group(
         &self,
         batch: Vec<Job<S>>,
         made: &mut Vec<(Ident, Made<S>)>,
-    ) -> (Option<u64>, Vec<Job<S>>) {
+    ) -> (Option<u64>, Vec<Job<S>>, Vec<Removal<S>>) {
         let plan = super::ns_fold::fold(&batch.iter().map(Job::fold_in).collect::<Vec<_>>());
         let threads = self.cfg.namespace_threads.max(1);
         let before = made.len();
         let state = Mutex::new(Applying {
             made: std::mem::take(made),
             dirs: Vec::new(),
+            removals: Vec::new(),
         });
         let failed_at = if threads == 1 {
             // In journal order, stopping at the first failure.
@@ -178,7 +184,11 @@ impl<S: Store> Writeback<S> {
         } else {
             self.apply_by_level(&batch, &plan, &state, threads)
         };
-        let Applying { made: m, dirs } = state.into_inner();
+        let Applying {
+            made: m,
+            dirs,
+            removals,
+        } = state.into_inner();
         *made = m;
         // Publishing goes in journal order (a directory before what is in it).
         made[before..].sort_by_key(|(prov, _)| prov.1);
@@ -193,7 +203,7 @@ impl<S: Store> Writeback<S> {
         if let Err(e) = synced.into_inner() {
             tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
             self.c.ns_errors.fetch_add(1, Relaxed);
-            return (None, batch);
+            return (None, batch, Vec::new());
         }
         {
             let mut dc = self.nsq.dirs.lock();
@@ -249,7 +259,7 @@ impl<S: Store> Writeback<S> {
             }
             self.nsq.dirs_shadowed.store(!dc.is_empty(), Relaxed);
         }
-        (upto, batch.into_iter().skip(failed_at).collect())
+        (upto, batch.into_iter().skip(failed_at).collect(), removals)
     }
 
     /// Applies the group a level at a time (`ns_order::levels`), each level's operations on

@@ -24,6 +24,8 @@ pub(super) struct Applying<S: Store> {
     pub(super) made: Vec<(Ident, Made<S>)>,
     /// The directories that got names, each synced once before the group's DONE.
     pub(super) dirs: Vec<(Ident, Node<S>)>,
+    /// Removals applied, their namespace side waiting for the group's DONE.
+    pub(super) removals: Vec<super::ns_remove::Removal<S>>,
 }
 
 impl<S: Store> Applying<S> {
@@ -239,6 +241,7 @@ impl<S: Store> Writeback<S> {
                 ..
             } => self.apply_move(inode, parent, from, to, state),
             Job::Removed {
+                seq,
                 inode,
                 parent,
                 name,
@@ -246,7 +249,7 @@ impl<S: Store> Writeback<S> {
                 id,
                 size,
                 ..
-            } => self.apply_remove(inode, parent, name, *kind, *id, *size, state),
+            } => self.apply_remove(*seq, inode, parent, name, *kind, *id, *size, state),
             Job::SetAttr { inode, .. } => {
                 let FoldOut::SetAttr(rest) = how else {
                     unreachable!("a setattr's plan is a setattr")

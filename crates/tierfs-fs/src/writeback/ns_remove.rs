@@ -192,11 +192,16 @@ impl<S: Store> Writeback<S> {
     }
 
     /// Applies a queued removal: `parent/name` unlinked (or, a directory, removed) on the
-    /// store if it still holds the object `inode` was (see the module comment). Err: retry
-    /// later (transient).
+    /// store if it still holds the object `inode` was (see the module comment). What it
+    /// means for the namespace (the name shown again, a removed directory's identity let go)
+    /// waits in `state` for the group's DONE ([`Writeback::removals_done`]): until then the
+    /// removal may be applied again (a retry of the group, a replay), and must find the name
+    /// as it left it, not taken by a rename done on the store meanwhile. Err: retry later
+    /// (transient).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn apply_remove(
         &self,
+        seq: u64,
         inode: &Arc<Inode<St<S>>>,
         parent: &Arc<Inode<St<S>>>,
         name: &OsStr,
@@ -206,23 +211,14 @@ impl<S: Store> Writeback<S> {
         state: &Mutex<Applying<S>>,
     ) -> std::result::Result<(), Errno> {
         let done = |kept: Option<String>| {
-            match kept {
-                Some(why) => {
-                    tracing::warn!(
-                        "write-back: {name:?} was not removed from the store: {why}; left as it is"
-                    );
-                    self.c.ns_conflicts.fetch_add(1, Relaxed);
-                    // What the name holds is someone else's: asked of the store again.
-                    self.ns.meta.drop_listing(parent.id());
-                }
-                None => {
-                    // A listing of the store taken while the name was there must not bring
-                    // it back.
-                    self.ns.meta.remove_name(parent.id(), name);
-                }
-            }
-            self.ns.listed_changed(parent);
-            self.ns.prov.unhide(parent.id(), name);
+            let removed_dir = (kind == FileKind::Dir && kept.is_none()).then(|| inode.clone());
+            state.lock().removals.push(Removal {
+                seq,
+                parent: parent.clone(),
+                name: name.to_owned(),
+                kept,
+                removed_dir,
+            });
             self.c.ns_applied.fetch_add(1, Relaxed);
         };
         let pnode = match self.ns.node(parent) {
@@ -255,6 +251,13 @@ impl<S: Store> Writeback<S> {
                 return Ok(());
             }
             Ok(_) => {
+                if kind == FileKind::Dir {
+                    // A process may be in it: its node stays (as an rmdir on the store keeps
+                    // it, `Namespace::resolve_victim`).
+                    if let Ok(n) = self.ns.node(inode) {
+                        inode.pin_node(n);
+                    }
+                }
                 let r = match kind {
                     FileKind::Dir => self.sh.store.rmdir(&pnode, name),
                     _ => self.sh.store.unlink(&pnode, name),
@@ -283,11 +286,107 @@ impl<S: Store> Writeback<S> {
                 st.dirs.retain(|(d, _)| *d != gone);
             }
         }
-        if kind == FileKind::Dir {
-            self.ns.meta.drop_listing(inode.id());
-            self.forget_object(inode.id(), parent, name);
-        }
         done(None);
         Ok(())
     }
+
+    /// After a group's DONE is durable: what its removals applied up to `upto` mean for the
+    /// namespace, once each (those after it are applied again with the rest of the group).
+    /// The name is shown again: gone from the cached listing, or, where someone else's object
+    /// holds it, as the store lists it. A removed directory lets go of its identity (after
+    /// the group's shadow counts, which are keyed by it).
+    pub(super) fn removals_done(&self, removals: Vec<Removal<S>>, upto: u64) {
+        for r in removals.into_iter().filter(|r| r.seq <= upto) {
+            let (parent, name) = (&r.parent, r.name.as_os_str());
+            match &r.kept {
+                Some(why) => {
+                    tracing::warn!(
+                        "write-back: {name:?} was not removed from the store: {why}; left as it is"
+                    );
+                    self.c.ns_conflicts.fetch_add(1, Relaxed);
+                    self.ns.meta.drop_listing(parent.id());
+                }
+                None => {
+                    // A listing of the store taken while the name was there must not bring
+                    // it back. (The directory's own attributes came from its shadow when the
+                    // group was applied: not touched again.)
+                    self.ns.meta.forget_name(parent.id(), name);
+                }
+            }
+            if let Some(dir) = &r.removed_dir {
+                self.ns.meta.drop_listing(dir.id());
+                self.forget_object(dir.id(), parent, name);
+            }
+            self.ns.listed_changed(parent);
+            self.ns.prov.unhide(parent.id(), name);
+        }
+    }
+}
+
+/// Replays a REMOVE record of `path` (see the module comment; `moves_here`: the sources of
+/// the pending MOVE records after it to the same name). Ok(Some(why)): left as it is, a
+/// conflict; Err: what failed, on which path, with what errno (the replay stops).
+pub(super) fn replay_remove<S: Store>(
+    store: &St<S>,
+    path: &[u8],
+    kind: FileKind,
+    id: Ident,
+    size: u64,
+    moves_here: &[&[u8]],
+) -> std::result::Result<Option<&'static str>, (&'static str, Vec<u8>, Errno)> {
+    let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[][..], path),
+    };
+    let n = OsStr::from_bytes(name);
+    let gone = |e: Errno| e == Errno::ENOENT || e == Errno(libc::ENOTDIR);
+    let pnode = match super::replay::open_by_path(store, parent) {
+        Ok((pnode, _)) => pnode,
+        Err(e) if gone(e) => return Ok(None),
+        Err(e) => return Err(("looking up", parent.to_vec(), e)),
+    };
+    // A later MOVE to this name whose source is gone from the store was applied, after this
+    // removal: what the name holds is ours (on a store with path identities, an empty file
+    // of ours could pass for an empty one removed).
+    for from in moves_here {
+        match super::replay::open_by_path(store, from) {
+            Err(e) if gone(e) => return Ok(None),
+            Err(e) => return Err(("looking up", from.to_vec(), e)),
+            Ok(_) => {}
+        }
+    }
+    match store.lookup(&pnode, n) {
+        Err(e) if e == Errno::ENOENT => Ok(None),
+        Err(e) => Err(("looking up", path.to_vec(), e)),
+        Ok((_, a)) if !same_object(&a, kind, id, size) => {
+            Ok(Some("the name holds another object than the one unlinked"))
+        }
+        Ok(_) => {
+            let r = match kind {
+                FileKind::Dir => store.rmdir(&pnode, n),
+                _ => store.unlink(&pnode, n),
+            };
+            match r {
+                Ok(()) => Ok(None),
+                Err(e) if e == Errno::ENOENT => Ok(None),
+                Err(e) if e == Errno(libc::ENOTEMPTY) || e == Errno(libc::EEXIST) => {
+                    Ok(Some("someone else made names in it"))
+                }
+                Err(e) => Err(("removing", path.to_vec(), e)),
+            }
+        }
+    }
+}
+
+/// A removal applied to the store, its namespace side waiting for the group's DONE (see
+/// [`Writeback::apply_remove`]).
+pub(super) struct Removal<S: Store> {
+    seq: u64,
+    parent: Arc<Inode<St<S>>>,
+    name: std::ffi::OsString,
+    /// Why the name was left as the store has it (someone else's object there), or None:
+    /// removed.
+    kept: Option<String>,
+    /// A directory removed: its inode, which lets go of its identity.
+    removed_dir: Option<Arc<Inode<St<S>>>>,
 }

@@ -253,6 +253,15 @@ pub(crate) fn replay_ns<S: Store>(
             last_create.insert(path, p.seq);
         }
     }
+    // Pending MOVEs (seq, from, to): a REMOVE of a name a later MOVE fills (`rm f; mv
+    // f.tmp f`) may have been applied with the MOVE before the crash.
+    let moves: Vec<(u64, Vec<u8>, Vec<u8>)> = pending
+        .iter()
+        .filter_map(|p| match NsOp::decode(&p.payload).ok()? {
+            NsOp::Move { from, to, .. } => Some((p.seq, from, to)),
+            _ => None,
+        })
+        .collect();
     let Some(last) = pending.last().map(|p| p.seq) else {
         return Ok(NsReplayed::default());
     };
@@ -450,41 +459,24 @@ pub(crate) fn replay_ns<S: Store>(
                 id,
                 size,
             } => {
-                // An unlink of an object of the store: removed if the name still holds it
-                // (`ns_remove`), as the flusher does.
-                let (parent, name) = split(path);
-                let n = OsStr::from_bytes(name);
-                let pnode = match super::replay::open_by_path(store, parent) {
-                    Ok((pnode, _)) => pnode,
-                    Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => continue,
-                    Err(e) => return Err(fail("looking up", parent, e)),
-                };
-                match store.lookup(&pnode, n) {
-                    Err(e) if e == Errno::ENOENT => {}
-                    Err(e) => return Err(fail("looking up", path, e)),
-                    Ok((_, a)) if !super::ns_remove::same_object(&a, *kind, *id, *size) => {
+                let later = |s: &(u64, Vec<u8>, Vec<u8>)| s.0 > p.seq;
+                let moves: Vec<&[u8]> = moves
+                    .iter()
+                    .filter(|m| later(m) && m.2 == *path)
+                    .map(|m| m.1.as_slice())
+                    .collect();
+                match super::ns_remove::replay_remove(store, path, *kind, *id, *size, &moves) {
+                    Ok(None) => {}
+                    Ok(Some(why)) => {
                         tracing::warn!(
-                            "write-back replay: {} holds another object than the one unlinked: left as it is",
+                            "write-back replay: {} was not removed: {why}; left as it is",
                             String::from_utf8_lossy(path)
                         );
                         c.ns_conflicts.fetch_add(1, Relaxed);
                     }
-                    Ok(_) => match match kind {
-                        FileKind::Dir => store.rmdir(&pnode, n),
-                        _ => store.unlink(&pnode, n),
-                    } {
-                        Ok(()) => {}
-                        Err(e) if e == Errno::ENOENT => {}
-                        Err(e) if e == Errno(libc::ENOTEMPTY) || e == Errno(libc::EEXIST) => {
-                            tracing::warn!(
-                                "write-back replay: {} has names in it that are not ours: left as it is",
-                                String::from_utf8_lossy(path)
-                            );
-                            c.ns_conflicts.fetch_add(1, Relaxed);
-                        }
-                        Err(e) => return Err(fail("removing", path, e)),
-                    },
+                    Err((what, at, e)) => return Err(fail(what, &at, e)),
                 }
+                let parent = split(path).0;
                 if !dirs.iter().any(|d| d == parent) {
                     dirs.push(parent.to_vec());
                 }

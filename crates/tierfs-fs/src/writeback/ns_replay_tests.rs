@@ -353,6 +353,84 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
     journal.shutdown();
 }
 
+/// Removals of the store's own objects (REMOVE, `ns_remove`) replay in their place: what
+/// the name still holds is removed (a file, an emptied directory), a removal applied before
+/// the crash finds nothing, and someone else's object under the name is never removed
+/// (compared by kind and size: a store with path identities). A removal followed by a MOVE
+/// of ours to the same name, both applied before the crash, leaves our moved file, though
+/// it is as empty as the one removed; applied neither, the old one goes and ours moves in.
+#[test]
+fn removals_replay_once_and_never_remove_someone_elses_or_ours() {
+    let t = tempfile::tempdir().unwrap();
+    let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+    std::fs::create_dir_all(back.join("g/dir")).unwrap();
+    std::fs::create_dir_all(back.join("g/full")).unwrap();
+    std::fs::write(back.join("g/full/theirs"), b"x").unwrap();
+    std::fs::write(back.join("g/old"), b"old").unwrap();
+    std::fs::write(back.join("g/theirs"), b"theirs").unwrap();
+    // Applied before the crash: stamp removed, then stamp.tmp (ours, empty) moved there.
+    std::fs::write(back.join("g/stamp"), b"").unwrap();
+    // Applied neither: the old empty stamp2, and ours still under stamp2.tmp.
+    std::fs::write(back.join("g/stamp2"), b"").unwrap();
+    std::fs::write(back.join("g/stamp2.tmp"), b"").unwrap();
+    let store = IdStore::new(CountedStore::new(
+        PosixStore::open_with(&back, IdentityChoice::Path).unwrap(),
+    ))
+    .unwrap();
+    let (journal, _) =
+        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let path_id = (1u64 << 63, 7);
+    let rm = |name: &str, kind: FileKind, size: u64| NsOp::Remove {
+        path: format!("g/{name}").into_bytes(),
+        kind,
+        id: path_id,
+        size,
+    };
+    let mv = |from: &str, to: &str, prov| NsOp::Move {
+        from: format!("g/{from}").into_bytes(),
+        to: format!("g/{to}").into_bytes(),
+        prov,
+    };
+    let pending = [
+        record(1, rm("gone", FileKind::File, 5)),
+        record(2, rm("old", FileKind::File, 3)),
+        record(3, rm("theirs", FileKind::File, 3)),
+        record(4, rm("stamp", FileKind::File, 0)),
+        record(5, mv("stamp.tmp", "stamp", 100)),
+        record(6, rm("stamp2", FileKind::File, 0)),
+        record(7, mv("stamp2.tmp", "stamp2", 101)),
+        record(8, rm("dir", FileKind::Dir, 4096)),
+        record(9, rm("full", FileKind::Dir, 4096)),
+    ];
+    for p in &pending {
+        let seq = journal
+            .append(Record::Ns {
+                payload: &p.payload,
+            })
+            .unwrap();
+        assert_eq!(seq, p.seq);
+    }
+    let c = WbCounters::default();
+    let r = replay_ns(&store, &journal, &pending, &c).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(back.join("g"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["full", "stamp", "stamp2", "theirs"]);
+    assert_eq!(std::fs::read(back.join("g/theirs")).unwrap(), b"theirs");
+    assert!(back.join("g/full/theirs").exists());
+    assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"g/stamp"[..]));
+    assert_eq!(r.moved.get(&101).map(|p| &p[..]), Some(&b"g/stamp2"[..]));
+    assert!(r.refused_prov.is_empty());
+    assert_eq!(
+        c.ns_conflicts.load(Relaxed),
+        2,
+        "theirs, and the full directory"
+    );
+    journal.shutdown();
+}
+
 #[test]
 fn paths() {
     assert_eq!(super::join(b"", b"a"), b"a");
