@@ -114,6 +114,15 @@ fn put_time(out: &mut Vec<u8>, t: Option<TimeSpec>) {
     out.extend_from_slice(&t.nsec.to_le_bytes());
 }
 
+/// The kind byte of CREATE, UNLINK and REMOVE: 1 file, 2 directory, 3 symlink.
+fn kind_byte(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Dir => 2,
+        FileKind::Symlink => 3,
+        _ => 1,
+    }
+}
+
 struct Reader<'a> {
     b: &'a [u8],
     at: usize,
@@ -144,6 +153,15 @@ impl<'a> Reader<'a> {
     fn bytes(&mut self) -> Result<Vec<u8>, &'static str> {
         let n = u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default()) as usize;
         Ok(self.take(n)?.to_vec())
+    }
+    /// A kind byte (see [`kind_byte`]).
+    fn kind(&mut self) -> Result<FileKind, &'static str> {
+        match self.u8()? {
+            1 => Ok(FileKind::File),
+            2 => Ok(FileKind::Dir),
+            3 => Ok(FileKind::Symlink),
+            _ => Err("namespace record: unknown kind"),
+        }
     }
     fn time(&mut self) -> Result<TimeSpec, &'static str> {
         let sec = self.i64()?;
@@ -208,11 +226,7 @@ impl NsOp {
                 target,
             } => {
                 out.push(OP_CREATE);
-                out.push(match kind {
-                    FileKind::Dir => 2,
-                    FileKind::Symlink => 3,
-                    _ => 1,
-                });
+                out.push(kind_byte(*kind));
                 out.extend_from_slice(&mode.to_le_bytes());
                 out.push(owner.is_some() as u8);
                 let (u, g) = owner.unwrap_or((0, 0));
@@ -249,11 +263,7 @@ impl NsOp {
             NsOp::Unlink { path, kind, prov } => {
                 out.push(OP_UNLINK);
                 put_bytes(&mut out, path);
-                out.push(match kind {
-                    FileKind::Dir => 2,
-                    FileKind::Symlink => 3,
-                    _ => 1,
-                });
+                out.push(kind_byte(*kind));
                 out.extend_from_slice(&prov.to_le_bytes());
             }
             NsOp::Rename {
@@ -288,11 +298,7 @@ impl NsOp {
             } => {
                 out.push(OP_REMOVE);
                 put_bytes(&mut out, path);
-                out.push(match kind {
-                    FileKind::Dir => 2,
-                    FileKind::Symlink => 3,
-                    _ => 1,
-                });
+                out.push(kind_byte(*kind));
                 out.extend_from_slice(&id.0.to_le_bytes());
                 out.extend_from_slice(&id.1.to_le_bytes());
                 out.extend_from_slice(&size.to_le_bytes());
@@ -308,12 +314,7 @@ impl NsOp {
         }
         let op = match r.u8()? {
             OP_CREATE => {
-                let kind = match r.u8()? {
-                    1 => FileKind::File,
-                    2 => FileKind::Dir,
-                    3 => FileKind::Symlink,
-                    _ => return Err("namespace record: unknown kind"),
-                };
+                let kind = r.kind()?;
                 let mode = r.u32()?;
                 let has_owner = r.u8()? != 0;
                 let (u, g) = (r.u32()?, r.u32()?);
@@ -355,12 +356,7 @@ impl NsOp {
             }
             OP_UNLINK => {
                 let path = r.bytes()?;
-                let kind = match r.u8()? {
-                    1 => FileKind::File,
-                    2 => FileKind::Dir,
-                    3 => FileKind::Symlink,
-                    _ => return Err("namespace record: unknown kind"),
-                };
+                let kind = r.kind()?;
                 let prov = r.i64()? as u64;
                 if path.is_empty() {
                     return Err("namespace record: not a path");
@@ -395,12 +391,7 @@ impl NsOp {
             }
             OP_REMOVE => {
                 let path = r.bytes()?;
-                let kind = match r.u8()? {
-                    1 => FileKind::File,
-                    2 => FileKind::Dir,
-                    3 => FileKind::Symlink,
-                    _ => return Err("namespace record: unknown kind"),
-                };
+                let kind = r.kind()?;
                 let id = (r.i64()? as u64, r.i64()? as u64);
                 let size = r.i64()? as u64;
                 if path.is_empty() {
