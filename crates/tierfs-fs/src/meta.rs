@@ -443,14 +443,7 @@ impl MetaCache {
 
     /// Our own operation removed `name` from `dir` (unlink, rmdir, rename source).
     pub fn remove_name(&self, dir: Ident, name: &OsStr) -> Option<Child> {
-        let removed = self.dirs.get_mut(&dir).and_then(|mut l| {
-            l.version = next_version();
-            l.names.remove(name)
-        });
-        if let Some(c) = &removed {
-            // Its link count and ctime changed.
-            self.drop_attr(c.id);
-        }
+        let removed = self.forget_name(dir, name);
         match &removed {
             Some(c) => self.touch_dir(dir, -i32::from(c.kind == FileKind::Dir)),
             // Not in a listing: whether it was a subdirectory (a link of `dir`) is unknown.
@@ -461,14 +454,16 @@ impl MetaCache {
 
     /// `name` is gone from `dir`'s listing, by a change of ours whose effect on `dir`'s own
     /// attributes is accounted for elsewhere (a deferred removal: its directory's shadow).
-    pub fn forget_name(&self, dir: Ident, name: &OsStr) {
+    pub fn forget_name(&self, dir: Ident, name: &OsStr) -> Option<Child> {
         let removed = self.dirs.get_mut(&dir).and_then(|mut l| {
             l.version = next_version();
             l.names.remove(name)
         });
-        if let Some(c) = removed {
+        if let Some(c) = &removed {
+            // Its link count and ctime changed.
             self.drop_attr(c.id);
         }
+        removed
     }
 
     /// The kernel is given `dir`'s listing at an opendir: whether it may keep the copy it

@@ -193,13 +193,7 @@ impl<S: Store> Writeback<S> {
             a.mtime = now;
             a.ctime = now;
         };
-        {
-            let mut dirs = self.nsq.dirs.lock();
-            let e = dirs.entry(p.id()).or_insert((0, pattr));
-            e.0 += 1;
-            bump(&mut e.1);
-            self.nsq.dirs_shadowed.store(true, Relaxed);
-        }
+        self.shadow_dir(p.id(), pattr, bump);
         self.ns.prov.update_attr(p.id(), bump);
         self.enqueue(
             q,
@@ -382,6 +376,17 @@ impl<S: Store> Writeback<S> {
                 at: Instant::now(),
             },
         );
+    }
+
+    /// One more deferred operation in directory `dir` of the store, which changes it as
+    /// `change` says: its shadow (based on `base`, the attributes the application saw before)
+    /// shows the change until the operation is applied (`ns::apply_group` counts it down).
+    pub(super) fn shadow_dir(&self, dir: Ident, base: Attr, change: impl FnOnce(&mut Attr)) {
+        let mut dirs = self.nsq.dirs.lock();
+        let e = dirs.entry(dir).or_insert((0, base));
+        e.0 += 1;
+        change(&mut e.1);
+        self.nsq.dirs_shadowed.store(true, Relaxed);
     }
 
     /// Directory `dir` as the application sees it, changed by a deferred operation: in its

@@ -22,7 +22,6 @@ use crate::namespace::is_provisional;
 use crate::shared::St;
 use std::collections::VecDeque;
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_store::Store;
@@ -50,11 +49,7 @@ impl<S: Store> Writeback<S> {
             return None;
         }
         let from = self.backing_path(&inode)?;
-        let mut to = self.backing_path(p)?;
-        if !to.is_empty() {
-            to.push(b'/');
-        }
-        to.extend_from_slice(newname.as_bytes());
+        let to = self.backing_path_in(p, newname)?;
         // Writers of the file wait, as for a deferred rename (`ns_rename`).
         let st = inode.file.clone();
         let _w = st.as_ref().map(|st| st.rw.write());

@@ -100,11 +100,7 @@ impl<S: Store> Writeback<S> {
         let pattr = self
             .deferred_dir_attr(p.id())
             .or_else(|| self.ns.meta.attr(p.id()).map(|(a, _)| a))?;
-        let mut path = self.backing_path(p)?;
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(name.as_bytes());
+        let path = self.backing_path_in(p, name)?;
         // From here on no open gets it; and it has no data the store lacks (checked after
         // the claim: nothing can write it any more).
         if let Some(st) = &inode.file {
@@ -141,17 +137,13 @@ impl<S: Store> Writeback<S> {
             self.forget_object(c.id, p, name);
         }
         let now = tierfs_store::TimeSpec::now();
-        {
-            let mut dirs = self.nsq.dirs.lock();
-            let e = dirs.entry(p.id()).or_insert((0, pattr));
-            e.0 += 1;
+        self.shadow_dir(p.id(), pattr, |a| {
             if dir {
-                e.1.nlink = e.1.nlink.saturating_sub(1).max(2);
+                a.nlink = a.nlink.saturating_sub(1).max(2);
             }
-            e.1.mtime = now;
-            e.1.ctime = now;
-            self.nsq.dirs_shadowed.store(true, Relaxed);
-        }
+            a.mtime = now;
+            a.ctime = now;
+        });
         self.c.ns_removed.fetch_add(1, Relaxed);
         self.enqueue(
             q,
@@ -334,10 +326,7 @@ pub(super) fn replay_remove<S: Store>(
     size: u64,
     moves_here: &[&[u8]],
 ) -> std::result::Result<Option<&'static str>, (&'static str, Vec<u8>, Errno)> {
-    let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&[][..], path),
-    };
+    let (parent, name) = super::ns_replay::split(path);
     let n = OsStr::from_bytes(name);
     let gone = |e: Errno| e == Errno::ENOENT || e == Errno(libc::ENOTDIR);
     let pnode = match super::replay::open_by_path(store, parent) {

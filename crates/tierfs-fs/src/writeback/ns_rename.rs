@@ -30,7 +30,6 @@ use crate::inode::Inode;
 use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -154,11 +153,7 @@ impl<S: Store> Writeback<S> {
         };
         let id = inode.id();
         let from = self.backing_path(&inode)?;
-        let mut to = self.backing_path(newp)?;
-        if !to.is_empty() {
-            to.push(b'/');
-        }
-        to.extend_from_slice(newname.as_bytes());
+        let to = self.backing_path_in(newp, newname)?;
         let q = self.nsq.q.lock();
         // Its create must still be queued: once the flusher has it, it may be on the store
         // under the old name, and a rename in its directory to a free name is queued for the

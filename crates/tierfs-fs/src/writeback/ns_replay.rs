@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use tierfs_cache::journal::{Journal, PendingNs, NS_KEY};
 use tierfs_store::{Errno, FileKind, Store};
 
-fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+pub(super) fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = parent.to_vec();
     if !p.is_empty() {
         p.push(b'/');
@@ -70,7 +70,7 @@ enum Follow {
     Replaced,
 }
 
-fn split(path: &[u8]) -> (&[u8], &[u8]) {
+pub(super) fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => (&[][..], path),

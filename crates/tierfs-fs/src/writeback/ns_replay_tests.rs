@@ -29,6 +29,18 @@ fn record(seq: u64, op: NsOp) -> PendingNs {
     }
 }
 
+/// Appends `pending` to the journal as the daemon did (their seqs are the journal's).
+fn append_all(journal: &Journal, pending: &[PendingNs]) {
+    for p in pending {
+        let seq = journal
+            .append(Record::Ns {
+                payload: &p.payload,
+            })
+            .unwrap();
+        assert_eq!(seq, p.seq);
+    }
+}
+
 fn link_of(p: &Path) -> String {
     std::fs::read_link(p)
         .unwrap()
@@ -200,14 +212,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     std::fs::write(back.join("a/h"), b"").unwrap();
     std::fs::write(back.join("a/empty-of-someone"), b"").unwrap();
     // In the journal as the daemon appended them (their seqs are the ones above).
-    for p in &pending {
-        let seq = journal
-            .append(Record::Ns {
-                payload: &p.payload,
-            })
-            .unwrap();
-        assert_eq!(seq, p.seq);
-    }
+    append_all(&journal, &pending);
     let c = WbCounters::default();
     let r = replay_ns(&store, &journal, &pending, &c).unwrap();
     assert_eq!(link_of(&back.join("a/new")), "../x/y");
@@ -315,14 +320,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
         record(9, mv("d.lock", "d", 102)),
         record(10, mv("e.lock", "e", 103)),
     ];
-    for p in &pending {
-        let seq = journal
-            .append(Record::Ns {
-                payload: &p.payload,
-            })
-            .unwrap();
-        assert_eq!(seq, p.seq);
-    }
+    append_all(&journal, &pending);
     let c = WbCounters::default();
     let r = replay_ns(&store, &journal, &pending, &c).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -402,14 +400,7 @@ fn removals_replay_once_and_never_remove_someone_elses_or_ours() {
         record(8, rm("dir", FileKind::Dir, 4096)),
         record(9, rm("full", FileKind::Dir, 4096)),
     ];
-    for p in &pending {
-        let seq = journal
-            .append(Record::Ns {
-                payload: &p.payload,
-            })
-            .unwrap();
-        assert_eq!(seq, p.seq);
-    }
+    append_all(&journal, &pending);
     let c = WbCounters::default();
     let r = replay_ns(&store, &journal, &pending, &c).unwrap();
     let mut names: Vec<String> = std::fs::read_dir(back.join("g"))

@@ -23,6 +23,19 @@ fn now_ns() -> i64 {
 }
 
 impl<S: Store> Writeback<S> {
+    /// The backing path of `name` in directory `dir` (see [`Writeback::backing_path`]).
+    pub(crate) fn backing_path_in(
+        &self,
+        dir: &Arc<Inode<St<S>>>,
+        name: &std::ffi::OsStr,
+    ) -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        Some(super::ns_replay::join(
+            &self.backing_path(dir)?,
+            name.as_bytes(),
+        ))
+    }
+
     /// The backing path of an inode, relative to the backing root, from the names it was
     /// found by; None for an object that has lost its name (unlinked while open).
     pub(crate) fn backing_path(&self, i: &Arc<Inode<St<S>>>) -> Option<Vec<u8>> {
