@@ -215,8 +215,14 @@ impl<S: Store> Fs<S> {
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
         let wb = self.wb()?;
         let i = self.ns.inodes.get(ino)?;
-        if set.size.is_some() || !is_provisional(i.id()) {
+        if set.size.is_some() {
             return None;
+        }
+        if !is_provisional(i.id()) {
+            // An object of the store (`writeback::ns_chattr`).
+            let a = wb.chattr_deferred(&i, set)?;
+            self.ns.listed_changed(&i);
+            return Some(Ok(self.shown(ino, self.ns.with_ino(&i, a))));
         }
         if let Some(m) = &set.mtime {
             // As `Fs::setattr` does: kept with the dirty data.
@@ -238,11 +244,15 @@ impl<S: Store> Fs<S> {
     }
 
     /// Before an attribute change done on the store (not deferred by [`Fs::setattr_fast`]):
-    /// a provisional object (a size change of it) waits to be on the store, and a directory
-    /// for the names still on their way into it, which would move its times after this.
+    /// a provisional object (a size change of it) waits to be on the store, a directory
+    /// for the names still on their way into it, which would move its times after this, and
+    /// an object of the store for its deferred setattrs, which would undo this one.
     pub(super) fn before_setattr(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         let Some(wb) = self.wb() else { return Ok(()) };
-        if is_provisional(i.id()) || (i.kind == FileKind::Dir && wb.creates_queued_in(i.id())) {
+        if is_provisional(i.id())
+            || (i.kind == FileKind::Dir && wb.creates_queued_in(i.id()))
+            || wb.chattr_pending(i.ino)
+        {
             wb.drain_ns()?;
         }
         Ok(())

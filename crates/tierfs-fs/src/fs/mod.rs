@@ -118,9 +118,11 @@ impl<S: Store> Fs<S> {
         e
     }
 
-    /// Write-back: how many directory shadows were dropped so far (0 without write-back).
-    fn unshadowed(&self) -> u64 {
-        self.wb().map_or(0, |w| w.unshadowed())
+    /// Write-back: how many shadows of directories, and of deferred setattrs, were dropped
+    /// so far (0 without write-back).
+    fn unshadowed(&self) -> (u64, u64) {
+        self.wb()
+            .map_or((0, 0), |w| (w.unshadowed(), w.chattrs_unshadowed()))
     }
 
     /// `op`'s attributes as shown (see [`Fs::shown`]), `op` run again if it answered a
@@ -144,7 +146,8 @@ impl<S: Store> Fs<S> {
             let (ino, a) = attr(&mut r);
             *a = self.shown(ino, *a);
             let dir = a.kind == tierfs_store::FileKind::Dir;
-            if !dir || self.unshadowed() == before {
+            let now = self.unshadowed();
+            if now.1 == before.1 && (!dir || now.0 == before.0) {
                 return Some(Ok(r));
             }
             tries += 1;

@@ -437,7 +437,8 @@ impl<S: Store> Namespace<S> {
                 return Err(if e == Errno::ENOENT { Errno::ESTALE } else { e });
             }
         };
-        if ident(&attr) != i.id() {
+        // (Another kind is another object even where identities are paths.)
+        if ident(&attr) != i.id() || attr.kind != i.kind {
             self.meta.drop_listing(parent.id());
             return Err(Errno::ESTALE);
         }

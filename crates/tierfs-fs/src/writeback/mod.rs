@@ -16,6 +16,7 @@ mod config;
 mod flush;
 mod ns;
 mod ns_apply;
+mod ns_chattr;
 mod ns_defer;
 mod ns_fold;
 mod ns_lost;

@@ -30,15 +30,25 @@ fn kept_max() -> usize {
 }
 use super::Writeback;
 use crate::identity::Ident;
+use crate::inode::Inode;
 use crate::meta::ident;
 use crate::namespace::is_provisional;
-use crate::shared::Node;
+use crate::shared::{Node, St};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tierfs_cache::journal::NS_KEY;
 use tierfs_store::{FileKind, Store};
+
+/// What applying a group did: the last seq applied (None: nothing), the operations left for
+/// a retry, and what waits for the group's DONE (removals, setattrs of the store's objects).
+type GroupApplied<S> = (
+    Option<u64>,
+    Vec<Job<S>>,
+    Vec<Removal<S>>,
+    Vec<Arc<Inode<St<S>>>>,
+);
 
 impl<S: Store> Writeback<S> {
     pub(crate) fn spawn_ns_flusher(self: &Arc<Self>) -> std::io::Result<()> {
@@ -103,7 +113,7 @@ impl<S: Store> Writeback<S> {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
-            let (done_upto, rest, removals) = wb.apply_group(batch, &mut made);
+            let (done_upto, rest, removals, chattrs) = wb.apply_group(batch, &mut made);
             if !rest.is_empty() {
                 // Put back in front, in order: nothing after a failed operation goes first.
                 // A create put back may be on the store already (made after the failure, or
@@ -133,6 +143,12 @@ impl<S: Store> Writeback<S> {
                 // Removed names leave the cached listings before what the group made under
                 // them joins it (`rm f; touch f`: the new f is learned by `publish`).
                 wb.removals_done(removals, upto);
+                // Setattrs of the store's objects stop being shown over it only now: until
+                // the DONE is durable a replay may set them again, and a setattr done on the
+                // store meanwhile must wait for them (`ns_chattr`).
+                for i in &chattrs {
+                    wb.chattr_applied(i);
+                }
                 wb.publish(&mut made);
                 *wb.nsq.applied.lock() = upto;
                 wb.nsq.applied_cv.notify_all();
@@ -163,11 +179,7 @@ impl<S: Store> Writeback<S> {
     /// of them if a directory sync failed (applied again, they find their objects made, see
     /// `apply`); and the removals applied, whose namespace side waits for the DONE
     /// (`Writeback::removals_done`).
-    fn apply_group(
-        &self,
-        batch: Vec<Job<S>>,
-        made: &mut Vec<(Ident, Made<S>)>,
-    ) -> (Option<u64>, Vec<Job<S>>, Vec<Removal<S>>) {
+    fn apply_group(&self, batch: Vec<Job<S>>, made: &mut Vec<(Ident, Made<S>)>) -> GroupApplied<S> {
         let plan = super::ns_fold::fold(&batch.iter().map(Job::fold_in).collect::<Vec<_>>());
         let threads = self.cfg.namespace_threads.max(1);
         let before = made.len();
@@ -203,7 +215,7 @@ impl<S: Store> Writeback<S> {
         if let Err(e) = synced.into_inner() {
             tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
             self.c.ns_errors.fetch_add(1, Relaxed);
-            return (None, batch, Vec::new());
+            return (None, batch, Vec::new(), Vec::new());
         }
         {
             let mut dc = self.nsq.dirs.lock();
@@ -242,8 +254,14 @@ impl<S: Store> Writeback<S> {
                             // landed: such an answer, arriving late, does not replace it.
                             // Put before the shadow goes, and the drop counted after:
                             // a reader that read older attributes sees the count move and
-                            // reads again (`Fs::shown_stable`).
-                            self.ns.meta.put_attr(&a, Instant::now());
+                            // reads again (`Fs::shown_stable`). Only what the shadow
+                            // stands for: the rest may have moved since it was taken (a
+                            // deferred chmod of the directory, applied in the meantime).
+                            let mut now_a = self.ns.meta.attr(pid).map_or(a, |(c, _)| c);
+                            now_a.nlink = a.nlink;
+                            now_a.mtime = a.mtime;
+                            now_a.ctime = a.ctime;
+                            self.ns.meta.put_attr(&now_a, Instant::now());
                         } else if let Some((_, m)) = made.iter_mut().find(|(id, _)| *id == pid) {
                             // Made by this flusher and not published: what its mkdir
                             // answered is older than the names made in it since, and is
@@ -259,7 +277,23 @@ impl<S: Store> Writeback<S> {
             }
             self.nsq.dirs_shadowed.store(!dc.is_empty(), Relaxed);
         }
-        (upto, batch.into_iter().skip(failed_at).collect(), removals)
+        let chattrs = batch[..failed_at]
+            .iter()
+            .filter_map(|j| match j {
+                Job::SetAttr {
+                    inode,
+                    of_store: true,
+                    ..
+                } => Some(inode.clone()),
+                _ => None,
+            })
+            .collect();
+        (
+            upto,
+            batch.into_iter().skip(failed_at).collect(),
+            removals,
+            chattrs,
+        )
     }
 
     /// Applies the group a level at a time (`ns_order::levels`), each level's operations on
@@ -282,6 +316,13 @@ impl<S: Store> Writeback<S> {
                     Job::Create { parent, .. }
                     | Job::Moved { parent, .. }
                     | Job::Removed { parent, .. } => Some(parent.id()),
+                    // After what comes before in its directory (a chmod of the directory
+                    // that lets the flusher reach it).
+                    Job::SetAttr {
+                        inode,
+                        of_store: true,
+                        ..
+                    } => inode.origin.lock().as_ref().map(|(p, _)| p.id()),
                     Job::SetAttr { .. } | Job::Drop { .. } | Job::Renamed { .. } => None,
                 },
                 name: match j {

@@ -275,13 +275,19 @@ impl<S: Store> Writeback<S> {
                         }
                     }),
                     None => match self.ns.node(inode) {
-                        Ok(node) => self.sh.store.setattr(&node, None, set).map(|a| {
-                            self.ns.meta.put_attr(&a, Instant::now());
-                            if let Some(st) = &inode.file {
-                                let _w = st.rw.write();
-                                st.set_after_own_write(st.version().gen, &a);
-                            }
-                        }),
+                        Ok(node) => {
+                            // As a setattr done by the application (`data::open`): a data
+                            // flush's attributes, asked before this change, do not replace
+                            // what it answers.
+                            let _w = inode.file.as_ref().map(|st| st.rw.write());
+                            let _own = inode.file.as_ref().map(|st| st.own_change());
+                            self.sh.store.setattr(&node, None, set).map(|a| {
+                                self.ns.meta.put_attr(&a, Instant::now());
+                                if let Some(st) = &inode.file {
+                                    st.set_after_own_write(st.version().gen, &a);
+                                }
+                            })
+                        }
                         Err(e) => Err(e),
                     },
                 };

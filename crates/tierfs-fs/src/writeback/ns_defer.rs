@@ -275,6 +275,7 @@ impl<S: Store> Writeback<S> {
                 seq,
                 inode: i.clone(),
                 set: resolved,
+                of_store: false,
                 at: Instant::now(),
             },
         );

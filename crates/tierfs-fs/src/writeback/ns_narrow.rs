@@ -46,7 +46,9 @@ impl<S: Store> Writeback<S> {
         name: &OsStr,
         to: Option<(&Arc<Inode<St<S>>>, &OsStr)>,
     ) -> Option<u64> {
-        if !matches!(self.held(p, name), Held::Object) {
+        // A deferred setattr of one of the objects named must reach the store before: they
+        // are not among the directories' operations (`ns_chattr`).
+        if self.any_chattr_pending() || !matches!(self.held(p, name), Held::Object) {
             return None;
         }
         if let Some((np, nn)) = to {

@@ -54,6 +54,8 @@ pub(crate) enum Job<S: Store> {
         seq: u64,
         inode: Arc<Inode<St<S>>>,
         set: SetAttr,
+        /// Of an object of the store (`ns_chattr`): its shadow goes once applied.
+        of_store: bool,
         at: Instant,
     },
     /// A create withdrawn before the flusher took it: the object was unlinked
@@ -192,6 +194,11 @@ pub(crate) struct NsQueue<S: Store> {
     pub(super) dirs_shadowed: std::sync::atomic::AtomicBool,
     /// Shadows dropped from `dirs` so far (see `Writeback::unshadowed`).
     pub(super) unshadowed: AtomicU64,
+    /// Per kernel inode of an object of the store, its deferred setattrs not yet applied
+    /// and the fields they set (`ns_chattr`); `attrs` is not empty; shadows dropped so far.
+    pub(super) attrs: Mutex<rustc_hash::FxHashMap<u64, (usize, super::ns_chattr::AttrShadow)>>,
+    pub(super) attrs_shadowed: std::sync::atomic::AtomicBool,
+    pub(super) attrs_unshadowed: AtomicU64,
     /// Group times, ms, the last 256 (for the median and p99 in stats).
     pub(super) group_ms: Mutex<VecDeque<u64>>,
 }
@@ -210,6 +217,9 @@ impl<S: Store> NsQueue<S> {
             dirs: Mutex::new(Default::default()),
             dirs_shadowed: std::sync::atomic::AtomicBool::new(false),
             unshadowed: AtomicU64::new(0),
+            attrs: Mutex::new(Default::default()),
+            attrs_shadowed: std::sync::atomic::AtomicBool::new(false),
+            attrs_unshadowed: AtomicU64::new(0),
             group_ms: Mutex::new(VecDeque::new()),
         }
     }

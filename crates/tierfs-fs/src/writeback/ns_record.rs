@@ -28,12 +28,16 @@
 //!                  of the store (`ns_remove`); replay removes `path` only if it still holds
 //!                  that object (the same kind, size but for a directory, and `(dev, ino)`
 //!                  unless that is a path identity)
+//! CHATTR  (op 8) = SETATTR's fields | kind u8 (1 file, 2 directory, 3 symlink) | dev u64
+//!                  | ino u64: a setattr of an object of the store (`ns_chattr`); replay sets
+//!                  `path`'s attributes only if it still holds that object (the same kind, and
+//!                  `(dev, ino)` unless that is a path identity)
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for ops 5, 6 and 7.)
+//! downgrade only with an empty journal. The same holds for ops 5, 6, 7 and 8.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -45,6 +49,7 @@ const OP_RENAME: u8 = 4;
 const OP_RENAME_OVER: u8 = 5;
 pub(super) const OP_MOVE: u8 = 6;
 const OP_REMOVE: u8 = 7;
+const OP_CHATTR: u8 = 8;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -66,6 +71,9 @@ pub(crate) enum NsOp {
         gid: Option<u32>,
         atime: Option<TimeSpec>,
         mtime: Option<TimeSpec>,
+        /// Of an object of the store (op 8, `ns_chattr`): its kind and identity as the store
+        /// gave it, checked at replay; None: of an object write-back made (op 2).
+        of: Option<(FileKind, (u64, u64))>,
     },
     /// A file or symlink made by the CREATE of seq `prov`, removed before it reached the
     /// store (`Writeback::unlink_deferred`).
@@ -189,6 +197,7 @@ impl NsOp {
             gid: set.gid,
             atime: t(&set.atime),
             mtime: t(&set.mtime),
+            of: None,
         }
     }
 
@@ -245,8 +254,9 @@ impl NsOp {
                 gid,
                 atime,
                 mtime,
+                of,
             } => {
-                out.push(OP_SETATTR);
+                out.push(if of.is_some() { OP_CHATTR } else { OP_SETATTR });
                 put_bytes(&mut out, path);
                 let mask = mode.is_some() as u8
                     | (uid.is_some() as u8) << 1
@@ -259,6 +269,11 @@ impl NsOp {
                 out.extend_from_slice(&gid.unwrap_or(0).to_le_bytes());
                 put_time(&mut out, *atime);
                 put_time(&mut out, *mtime);
+                if let Some((kind, id)) = of {
+                    out.push(kind_byte(*kind));
+                    out.extend_from_slice(&id.0.to_le_bytes());
+                    out.extend_from_slice(&id.1.to_le_bytes());
+                }
             }
             NsOp::Unlink { path, kind, prov } => {
                 out.push(OP_UNLINK);
@@ -339,12 +354,18 @@ impl NsOp {
                     target,
                 }
             }
-            OP_SETATTR => {
+            op @ (OP_SETATTR | OP_CHATTR) => {
                 let path = r.bytes()?;
                 let mask = r.u8()?;
                 let (mode, uid, gid) = (r.u32()?, r.u32()?, r.u32()?);
                 let (atime, mtime) = (r.time()?, r.time()?);
                 let on = |bit: u8| mask & (1 << bit) != 0;
+                let of = if op == OP_CHATTR {
+                    let kind = r.kind()?;
+                    Some((kind, (r.i64()? as u64, r.i64()? as u64)))
+                } else {
+                    None
+                };
                 NsOp::SetAttr {
                     path,
                     mode: on(0).then_some(mode),
@@ -352,6 +373,7 @@ impl NsOp {
                     gid: on(2).then_some(gid),
                     atime: on(3).then_some(atime),
                     mtime: on(4).then_some(mtime),
+                    of,
                 }
             }
             OP_UNLINK => {
@@ -454,6 +476,25 @@ mod tests {
                     sec: -5,
                     nsec: 999_999_999,
                 }),
+                of: None,
+            },
+            NsOp::SetAttr {
+                path: b"src/lib.rs".to_vec(),
+                mode: Some(0o640),
+                uid: Some(1000),
+                gid: None,
+                atime: Some(TimeSpec { sec: 7, nsec: 1 }),
+                mtime: None,
+                of: Some((FileKind::File, (3, u64::MAX))),
+            },
+            NsOp::SetAttr {
+                path: Vec::new(),
+                mode: Some(0o700),
+                uid: None,
+                gid: None,
+                atime: None,
+                mtime: None,
+                of: Some((FileKind::Dir, (1 << 63 | 9, 2))),
             },
             NsOp::Unlink {
                 path: b"a/conftest.c".to_vec(),

@@ -96,6 +96,10 @@ impl<S: Store> Writeback<S> {
             return None;
         }
         let inode = self.ns.inodes.by_ident(c.id)?;
+        // Its deferred setattr goes to the store first, by name (`ns_chattr`).
+        if self.chattr_pending(inode.ino) {
+            return None;
+        }
         // The directory as the application sees it meanwhile: its shadow's base.
         let pattr = self
             .deferred_dir_attr(p.id())

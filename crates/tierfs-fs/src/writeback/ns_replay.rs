@@ -384,7 +384,9 @@ pub(crate) fn replay_ns<S: Store>(
                 made_now.insert(p.seq);
                 moved.insert(p.seq, path);
             }
-            NsOp::SetAttr { path: recorded, .. } => {
+            NsOp::SetAttr {
+                path: recorded, of, ..
+            } => {
                 let Some(set) = op.set_attr() else { continue };
                 // Recorded under a name the object left by a deferred rename: it is under the
                 // last one (whatever holds the old name now is another object).
@@ -403,6 +405,20 @@ pub(crate) fn replay_ns<S: Store>(
                 }
                 let found = super::replay::open_by_path(store, path);
                 match found {
+                    // Of an object of the store (`ns_chattr`) whose name now holds another:
+                    // not ours to change.
+                    Ok((_, a))
+                        if of.is_some_and(|(kind, id)| {
+                            !super::ns_remove::same_object(&a, kind, id, a.size)
+                        }) =>
+                    {
+                        tracing::warn!(
+                            "write-back replay: {} holds another object than the one whose \
+                             attributes were set; left as it is",
+                            String::from_utf8_lossy(path)
+                        );
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                    }
                     Ok((node, _)) => match store.setattr(&node, None, &set) {
                         Ok(_) => {}
                         Err(e) if e == Errno::ENOENT => {}

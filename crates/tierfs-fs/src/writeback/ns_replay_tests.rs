@@ -89,6 +89,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         gid: None,
         atime: None,
         mtime: None,
+        of: None,
     };
     let rename = |from: &str, to: &str, prov| NsOp::Rename {
         from: from.as_bytes().to_vec(),
@@ -300,6 +301,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
         gid: None,
         atime: None,
         mtime: None,
+        of: None,
     };
     // Made before the crash: b.lock (its CREATE done, its move not); c (moved before the
     // crash, then c.lock made again by a later pending CREATE); d.lock and someone else's d.

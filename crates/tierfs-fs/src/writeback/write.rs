@@ -276,6 +276,7 @@ impl<S: Store> Writeback<S> {
 
     /// Attributes as the application sees them: size and mtime include dirty data.
     pub(crate) fn overlay_attr(&self, i: &Inode<St<S>>, attr: &mut Attr) {
+        self.overlay_chattr(i.ino, attr);
         if i.kind == tierfs_store::FileKind::Dir {
             self.shadow_dir_attr(i.id(), attr);
             return;
