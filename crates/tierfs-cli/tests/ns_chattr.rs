@@ -92,6 +92,16 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
             if root {
                 std::os::unix::fs::lchown(md.join("f0"), Some(1234), Some(5678)).unwrap();
             }
+            // A listing waits for none of them (`chmod -R` lists each directory right after
+            // its chmod), and shows them.
+            let listed: Vec<u32> = std::fs::read_dir(&md)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.file_name() == "f3")
+                .map(|e| e.metadata().unwrap().mode() & 0o7777)
+                .collect();
+            assert_eq!(listed, [0o600]);
+            assert_eq!(std::fs::read_dir(md.join("s")).unwrap().count(), 0);
             let deferred = stat(&mnt, "writeback.namespace.deferred") - deferred0;
             let waited = stat(&mnt, "writeback.namespace.waits") - waits0;
             // Shown at once, not on the store yet.

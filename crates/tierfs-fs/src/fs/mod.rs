@@ -324,10 +324,15 @@ impl<S: Store> Fs<S> {
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
     /// stay valid while the directory changes.
     pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
-        if self.wb().is_some() && !self.ns.prov.is_empty() {
+        if self
+            .wb()
+            .is_some_and(|w| !self.ns.prov.is_empty() || w.any_chattr_pending())
+        {
             // Names deferred so far are listed from the provisional table with the store's
             // (every name the store lists is still there, but for the old names of queued
-            // moves, which the table hides), instead of waiting for the flusher.
+            // moves, which the table hides), instead of waiting for the flusher. Deferred
+            // setattrs of the store's objects change no name (`chmod -R` opens each
+            // directory right after its chmod): their attributes are laid over the entries.
             return self.cached_if_gone(|| self.ns.opendir_with_provisional(ino));
         }
         self.drain_ns()?;

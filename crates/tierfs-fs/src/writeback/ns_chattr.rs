@@ -191,7 +191,7 @@ impl<S: Store> Writeback<S> {
     }
 
     /// Any object of the store has a deferred setattr not yet on the store.
-    pub(super) fn any_chattr_pending(&self) -> bool {
+    pub(crate) fn any_chattr_pending(&self) -> bool {
         self.nsq.attrs_shadowed.load(Relaxed)
     }
 
