@@ -12,10 +12,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-fn stat(mnt: &Path, k: &str) -> u64 {
-    n(&stats_of(mnt), k)
-}
-
 fn mode(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
@@ -46,14 +42,6 @@ fn mtime(p: &Path) -> i64 {
     std::fs::symlink_metadata(p).unwrap().mtime()
 }
 
-const OPTS: &[&str] = &[
-    "writeback.mode=back",
-    // The flusher waits for a drain: what is on the store before it shows what was deferred.
-    "writeback.namespace_delay=1h",
-    "writeback.namespace_quiet=1h",
-    "meta.ttl=1h",
-];
-
 /// chmod of 20 files, a directory's mode and times, a symlink's times (and, as root, a
 /// chown) return before the store has them, with no wait: stat through the mount shows
 /// them at once, the store gets them at fsync of the directory. What is not deferred is
@@ -73,15 +61,15 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
     std::os::unix::fs::symlink("f0", d.join("l")).unwrap();
     chmod(&d.join("s"), 0o755);
     let root = unsafe { libc::geteuid() } == 0;
-    m.mount(OPTS);
+    m.mount(WB_HELD);
     let (deferred, waited) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let (mnt, d) = (mnt.clone(), d.clone());
         move || {
             let md = mnt.join("d");
             assert_eq!(std::fs::read_dir(&md).unwrap().count(), 22);
             let (deferred0, waits0) = (
-                stat(&mnt, "writeback.namespace.deferred"),
-                stat(&mnt, "writeback.namespace.waits"),
+                stat_of(&mnt, "writeback.namespace.deferred"),
+                stat_of(&mnt, "writeback.namespace.waits"),
             );
             for k in 0..20 {
                 chmod(&md.join(format!("f{k}")), 0o600);
@@ -102,8 +90,8 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
                 .collect();
             assert_eq!(listed, [0o600]);
             assert_eq!(std::fs::read_dir(md.join("s")).unwrap().count(), 0);
-            let deferred = stat(&mnt, "writeback.namespace.deferred") - deferred0;
-            let waited = stat(&mnt, "writeback.namespace.waits") - waits0;
+            let deferred = stat_of(&mnt, "writeback.namespace.deferred") - deferred0;
+            let waited = stat_of(&mnt, "writeback.namespace.waits") - waits0;
             // Shown at once, not on the store yet.
             assert_eq!(mode(&md.join("f3")), 0o600);
             assert_eq!(mode(&md.join("s")), 0o700);
@@ -124,7 +112,7 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
             std::fs::remove_file(d.join("f5")).unwrap();
             std::fs::create_dir(d.join("f5")).unwrap();
             chmod(&d.join("f5"), 0o751);
-            let conflicts0 = stat(&mnt, "writeback.namespace.conflicts");
+            let conflicts0 = stat_of(&mnt, "writeback.namespace.conflicts");
             // Not deferred: a setuid bit (after the deferred ones of the file: all of them
             // go to the store first); a regular file's mtime.
             chmod(&md.join("f18"), 0o4755);
@@ -143,7 +131,7 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
                 "never undone by its older chmod"
             );
             assert_eq!(
-                stat(&mnt, "writeback.namespace.conflicts") - conflicts0,
+                stat_of(&mnt, "writeback.namespace.conflicts") - conflicts0,
                 1,
                 "f5 was someone else's by then"
             );

@@ -17,18 +17,6 @@ fn names(d: &Path) -> Vec<String> {
     v
 }
 
-fn stat(mnt: &Path, k: &str) -> u64 {
-    n(&stats_of(mnt), k)
-}
-
-const OPTS: &[&str] = &[
-    "writeback.mode=back",
-    // The flusher waits for a drain: what is on the store before it shows what was deferred.
-    "writeback.namespace_delay=1h",
-    "writeback.namespace_quiet=1h",
-    "meta.ttl=1h",
-];
-
 /// An unlink of a file or symlink of the store, and an rmdir of an emptied directory of the
 /// store (`rm -rf`), return before the store has them: the name is gone at once for lookups
 /// and listings, a file made again under it is a new one, and fsync of the directory puts
@@ -56,22 +44,22 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
             std::fs::write(t.join(sub).join(format!("g{k}")), b"tree").unwrap();
         }
     }
-    m.mount(OPTS);
+    m.mount(WB_HELD);
     let (removed, waited) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let (mnt, d) = (mnt.clone(), d.clone());
         move || {
             let md = mnt.join("d");
             assert_eq!(names(&md).len(), 44);
             let (removed0, waits0) = (
-                stat(&mnt, "writeback.namespace.removed"),
-                stat(&mnt, "writeback.namespace.waits"),
+                stat_of(&mnt, "writeback.namespace.removed"),
+                stat_of(&mnt, "writeback.namespace.waits"),
             );
             for k in 0..40 {
                 std::fs::remove_file(md.join(format!("f{k}"))).unwrap();
             }
             std::fs::remove_file(md.join("l")).unwrap();
-            let removed = stat(&mnt, "writeback.namespace.removed") - removed0;
-            let waited = stat(&mnt, "writeback.namespace.waits") - waits0;
+            let removed = stat_of(&mnt, "writeback.namespace.removed") - removed0;
+            let waited = stat_of(&mnt, "writeback.namespace.waits") - waits0;
             assert!(
                 d.join("f0").exists(),
                 "the store has it until the flusher comes"
@@ -97,10 +85,10 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
             drop(f);
             // Someone else makes f2 anew on the store before the flusher removes ours.
             std::fs::write(d.join("f2"), b"theirs").unwrap();
-            let conflicts0 = stat(&mnt, "writeback.namespace.conflicts");
+            let conflicts0 = stat_of(&mnt, "writeback.namespace.conflicts");
             File::open(&md).unwrap().sync_all().unwrap();
             assert_eq!(
-                stat(&mnt, "writeback.namespace.conflicts") - conflicts0,
+                stat_of(&mnt, "writeback.namespace.conflicts") - conflicts0,
                 1,
                 "f2 was someone else's by then"
             );
@@ -111,12 +99,12 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
             assert_eq!(std::fs::read(md.join("f2")).unwrap(), b"theirs");
             // `rm -rf` of a tree of the store: 15 files, 5 directories.
             let (removed0, waits0) = (
-                stat(&mnt, "writeback.namespace.removed"),
-                stat(&mnt, "writeback.namespace.waits"),
+                stat_of(&mnt, "writeback.namespace.removed"),
+                stat_of(&mnt, "writeback.namespace.waits"),
             );
             std::fs::remove_dir_all(mnt.join("t")).unwrap();
-            let tree_removed = stat(&mnt, "writeback.namespace.removed") - removed0;
-            let tree_waited = stat(&mnt, "writeback.namespace.waits") - waits0;
+            let tree_removed = stat_of(&mnt, "writeback.namespace.removed") - removed0;
+            let tree_waited = stat_of(&mnt, "writeback.namespace.waits") - waits0;
             assert!(
                 t.join("a/x/g0").exists(),
                 "the store has it until the flusher comes"

@@ -282,6 +282,20 @@ pub fn n(v: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {path} in stats {v}"))
 }
 
+/// One counter of the mount at `mnt` (see [`n`]).
+pub fn stat_of(mnt: &Path, path: &str) -> u64 {
+    n(&stats_of(mnt), path)
+}
+
+/// Write-back whose namespace flusher waits for a drain (fsync, fsync of a directory, an
+/// operation done on the store): what the store has before one shows what was deferred.
+pub const WB_HELD: &[&str] = &[
+    "writeback.mode=back",
+    "writeback.namespace_delay=1h",
+    "writeback.namespace_quiet=1h",
+    "meta.ttl=1h",
+];
+
 /// The pid of the daemon serving `mnt`: the `tierfs mount ... MNT ...` process (its parent,
 /// same command line, exits as soon as the mount is up, before `BinMount::mount` returns).
 pub fn daemon_pid(mnt: &Path) -> Option<i32> {
