@@ -33,7 +33,8 @@ use tierfs_store::{Attr, FileKind, SetAttr, Store, TimeSpec, TimeUpdate};
 const SUID_SGID: u32 = 0o6000;
 
 /// The fields deferred setattrs of one object set, shown over its attributes until they are
-/// on the store.
+/// on the store (and, applied once, what a deferred setattr of a new object changes in it:
+/// `Writeback::setattr_deferred`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct AttrShadow {
     perm: Option<u16>,
@@ -45,7 +46,7 @@ pub(super) struct AttrShadow {
 }
 
 impl AttrShadow {
-    fn new(now: TimeSpec) -> AttrShadow {
+    pub(super) fn new(now: TimeSpec) -> AttrShadow {
         AttrShadow {
             perm: None,
             uid: None,
@@ -57,7 +58,7 @@ impl AttrShadow {
     }
 
     /// One more setattr (its times resolved) made at `now`.
-    fn add(&mut self, set: &SetAttr, now: TimeSpec) {
+    pub(super) fn add(&mut self, set: &SetAttr, now: TimeSpec) {
         let t = |u: &Option<TimeUpdate>| match u {
             Some(TimeUpdate::Set(t)) => Some(*t),
             Some(TimeUpdate::Now) => Some(now),
@@ -71,7 +72,7 @@ impl AttrShadow {
         self.ctime = now;
     }
 
-    fn over(&self, a: &mut Attr) {
+    pub(super) fn over(&self, a: &mut Attr) {
         if let Some(p) = self.perm {
             a.perm = p;
         }

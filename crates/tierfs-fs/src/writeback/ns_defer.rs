@@ -2,6 +2,7 @@
 //! setattr made provisional and journaled, and the waits for the namespace flusher (before an
 //! operation that is not deferred, an fsync, unmount).
 
+use super::ns_chattr::AttrShadow;
 use super::ns_queue::{Job, NewObject};
 use super::ns_record::NsOp;
 use super::Writeback;
@@ -238,24 +239,9 @@ impl<S: Store> Writeback<S> {
         // Under the queue's lock: the flusher publishes an object only when no job of it is
         // queued, so the attributes set here are the ones the object shows until then.
         let q = self.nsq.q.lock();
-        let apply = |a: &mut Attr| {
-            if let Some(m) = resolved.mode {
-                a.perm = (m & 0o7777) as u16;
-            }
-            if let Some(u) = resolved.uid {
-                a.uid = u;
-            }
-            if let Some(g) = resolved.gid {
-                a.gid = g;
-            }
-            if let Some(tierfs_store::TimeUpdate::Set(t)) = resolved.atime {
-                a.atime = t;
-            }
-            if let Some(tierfs_store::TimeUpdate::Set(t)) = resolved.mtime {
-                a.mtime = t;
-            }
-            a.ctime = now;
-        };
+        let mut change = AttrShadow::new(now);
+        change.add(&resolved, now);
+        let apply = |a: &mut Attr| change.over(a);
         if self.ns.prov.attr(id).is_none() {
             return Ok(None);
         }
