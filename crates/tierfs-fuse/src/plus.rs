@@ -3,9 +3,8 @@
 
 use crate::attr::file_attr;
 use fuser::{Generation, INodeNo, ReplyDirectoryPlus};
-use std::ffi::OsStr;
 use std::time::Duration;
-use tierfs_fs::{Attr, DirEntryOut, Entry, Fs, Result, Store};
+use tierfs_fs::{Attr, DirEntryOut, Fs, PlusEntry, Result, Store};
 
 /// Fills `reply` from `entries` (a directory handle's entries from the kernel's offset on),
 /// looking each one up with `lookup` only when it is about to be added: the kernel's buffer
@@ -15,7 +14,9 @@ use tierfs_fs::{Attr, DirEntryOut, Entry, Fs, Result, Store};
 ///
 /// The kernel takes a lookup reference on every entry added but `.` and `..`; one looked up
 /// but not added (the buffer was full) gives its reference back. An entry whose lookup fails
-/// is skipped (gone since opendir). If `lookup` cannot answer without I/O (None): with nothing
+/// is skipped (gone since opendir). An entry without attributes (`PlusEntry::counted` false,
+/// see `Fs::plus_entry`) took no reference here. If `lookup` cannot answer without I/O (None):
+/// with nothing
 /// added yet the reply is handed back (`Err`) for the caller to answer from a thread that may
 /// do I/O; otherwise the page ends there (a short page is fine: the kernel asks again from
 /// the next offset).
@@ -25,7 +26,7 @@ pub(crate) fn fill_plus_page<S: Store>(
     entries: Vec<DirEntryOut>,
     dir_attr: Attr,
     ttl: Duration,
-    mut lookup: impl FnMut(&OsStr) -> Option<Result<Entry>>,
+    mut lookup: impl FnMut(&DirEntryOut) -> Option<Result<PlusEntry>>,
 ) -> std::result::Result<(), ReplyDirectoryPlus> {
     let mut added_any = false;
     for e in entries {
@@ -36,11 +37,13 @@ pub(crate) fn fill_plus_page<S: Store>(
             added_any = true;
             continue;
         }
-        match lookup(&e.name) {
-            Some(Ok(entry)) => {
+        match lookup(&e) {
+            Some(Ok(PlusEntry { entry, counted })) => {
                 let t = ttl.saturating_sub(entry.age);
                 if add(&mut reply, &e, &entry.attr, t) {
-                    fs.forget(entry.attr.ino, 1);
+                    if counted {
+                        fs.forget(entry.attr.ino, 1);
+                    }
                     break;
                 }
                 added_any = true;
