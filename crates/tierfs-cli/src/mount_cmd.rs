@@ -155,7 +155,6 @@ fn open_store(args: &MountArgs, s3_url: Option<&str>) -> Result<AnyStore> {
     }
     let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
     store.set_stat_concurrency(args.config.store_stat_concurrency);
-    store.set_names_first(args.config.store_names_first);
     Ok(AnyStore::Posix(store))
 }
 

@@ -147,8 +147,8 @@ fn output_of(mnt: &std::path::Path, cmd: &'static str, args: Vec<std::ffi::OsStr
     })
 }
 
-/// A directory store listed for names first (`store.names_first=on`; `auto` where a stat
-/// costs a round trip): a `find -name`, which needs names and types, costs the store a listing per
+/// A directory store (its entries' attributes cost a request each) is listed for names
+/// first: a `find -name`, which needs names and types, costs the store a listing per
 /// directory and a stat per subdirectory, not one per file. The first stat of a file brings
 /// its directory's files in one fan-out (`du`: one per directory, not one per file). What the
 /// kernel was given without attributes agrees with what it is told when it asks: inode
@@ -157,8 +157,7 @@ fn output_of(mnt: &std::path::Path, cmd: &'static str, args: Vec<std::ffi::OsStr
 fn a_walk_by_name_stats_subdirectories_only() {
     const DIRS: usize = 12;
     const PER: usize = 40;
-    // (A local disk's stats take microseconds: `auto` would list it with the attributes.)
-    let m = BinMount::new(&["store.names_first=on"]);
+    let m = BinMount::new(&[]);
     let tree = m.backing.join("tree");
     for d in 0..DIRS {
         let dir = tree.join(format!("d{d}"));

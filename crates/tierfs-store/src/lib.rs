@@ -20,7 +20,7 @@ pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
 pub use posix::{PosixHandle, PosixNode, PosixStore};
-pub use stat_fanout::{NamesFirst, StatFanout, STAT_CONCURRENCY};
+pub use stat_fanout::{StatFanout, STAT_CONCURRENCY};
 pub use store_id::readable_id;
 
 use std::ffi::{OsStr, OsString};

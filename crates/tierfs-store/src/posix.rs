@@ -90,8 +90,6 @@ pub struct PosixStore {
     identity_why: String,
     /// One by one or many at a time, for a listing's stats (`store.stat_concurrency`).
     stat_fanout: StatFanout,
-    /// `store.names_first`.
-    names_first: parking_lot::Mutex<crate::NamesFirst>,
 }
 
 /// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
@@ -344,11 +342,6 @@ impl PosixStore {
         self.stat_fanout.set_concurrency(n);
     }
 
-    /// `store.names_first`.
-    pub fn set_names_first(&self, choice: crate::NamesFirst) {
-        *self.names_first.lock() = choice;
-    }
-
     /// Opens BACKING. Fails (with a message fit for the user) if it is missing or not a directory.
     pub fn open(backing: &Path) -> std::io::Result<PosixStore> {
         Self::open_with(backing, IdentityChoice::Auto)
@@ -383,7 +376,6 @@ impl PosixStore {
             identity,
             identity_why,
             stat_fanout: StatFanout::default(),
-            names_first: Default::default(),
         })
     }
 
@@ -941,17 +933,8 @@ impl Store for PosixStore {
         self.list_dir(node, true)
     }
 
-    /// With `store.names_first=auto`: when a stat costs a round trip (a network store
-    /// whose client does not have the attributes, an HDD's cold inode), as the listings'
-    /// probes measure it; not on a local disk or a client answering from its own cache (a
-    /// stat there costs less than the kernel's lookup of a name listed without attributes).
-    /// Until a probe has measured, the listing has the attributes (and measures).
     fn names_list_cheaper(&self) -> bool {
-        match *self.names_first.lock() {
-            crate::NamesFirst::On => true,
-            crate::NamesFirst::Off => false,
-            crate::NamesFirst::Auto => self.stat_fanout.slow_stats().unwrap_or(false),
-        }
+        true
     }
 
     fn stat_names(&self, node: &PosixNode, names: &[OsString]) -> Vec<Option<Attr>> {
