@@ -32,7 +32,7 @@ mod writebuf;
 pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};
 pub use data::{EvictReport, OpenReply, WarmError, WarmReport};
-pub use fs::{Fs, PlusEntry};
+pub use fs::Fs;
 pub use namespace::{DirEntryOut, DirOpen, Entry, Requester};
 pub use pool::Pool;
 pub use served::KernelCache;

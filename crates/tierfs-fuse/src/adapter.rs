@@ -626,8 +626,8 @@ impl<S: Store> Filesystem for Adapter<S> {
         let fs = &self.fs;
         let reply = match (fs.readdir(fh.0, offset), fs.getattr_fast(ino.0)) {
             (Ok(entries), Some((dir_attr, _))) => {
-                match fill_plus_page(fs, reply, entries, dir_attr, ttl, |e| {
-                    fs.plus_entry(ino.0, e, false)
+                match fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
+                    fs.lookup_fast(ino.0, name, 0)
                 }) {
                     Ok(()) => return,
                     Err(reply) => reply,
@@ -645,8 +645,8 @@ impl<S: Store> Filesystem for Adapter<S> {
                 Err(e) => return reply.error(errno(e)),
             };
             // `lookup` always answers here, so the reply is never handed back.
-            let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |e| {
-                fs.plus_entry(ino.0, e, true)
+            let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
+                Some(fs.lookup(ino.0, name))
             });
         });
     }

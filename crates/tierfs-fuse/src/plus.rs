@@ -3,8 +3,9 @@
 
 use crate::attr::file_attr;
 use fuser::{Generation, INodeNo, ReplyDirectoryPlus};
+use std::ffi::OsStr;
 use std::time::Duration;
-use tierfs_fs::{Attr, DirEntryOut, Fs, PlusEntry, Result, Store};
+use tierfs_fs::{Attr, DirEntryOut, Entry, Fs, Result, Store};
 
 /// Fills `reply` from `entries` (a directory handle's entries from the kernel's offset on),
 /// looking each one up with `lookup` only when it is about to be added: the kernel's buffer
@@ -14,9 +15,7 @@ use tierfs_fs::{Attr, DirEntryOut, Fs, PlusEntry, Result, Store};
 ///
 /// The kernel takes a lookup reference on every entry added but `.` and `..`; one looked up
 /// but not added (the buffer was full) gives its reference back. An entry whose lookup fails
-/// is skipped (gone since opendir). An entry without attributes (`PlusEntry::counted` false,
-/// see `Fs::plus_entry`) took no reference here. If `lookup` cannot answer without I/O (None):
-/// with nothing
+/// is skipped (gone since opendir). If `lookup` cannot answer without I/O (None): with nothing
 /// added yet the reply is handed back (`Err`) for the caller to answer from a thread that may
 /// do I/O; otherwise the page ends there (a short page is fine: the kernel asks again from
 /// the next offset).
@@ -26,7 +25,7 @@ pub(crate) fn fill_plus_page<S: Store>(
     entries: Vec<DirEntryOut>,
     dir_attr: Attr,
     ttl: Duration,
-    mut lookup: impl FnMut(&DirEntryOut) -> Option<Result<PlusEntry>>,
+    mut lookup: impl FnMut(&OsStr) -> Option<Result<Entry>>,
 ) -> std::result::Result<(), ReplyDirectoryPlus> {
     let mut added_any = false;
     for e in entries {
@@ -37,13 +36,11 @@ pub(crate) fn fill_plus_page<S: Store>(
             added_any = true;
             continue;
         }
-        match lookup(&e) {
-            Some(Ok(PlusEntry { entry, counted })) => {
+        match lookup(&e.name) {
+            Some(Ok(entry)) => {
                 let t = ttl.saturating_sub(entry.age);
                 if add(&mut reply, &e, &entry.attr, t) {
-                    if counted {
-                        fs.forget(entry.attr.ino, 1);
-                    }
+                    fs.forget(entry.attr.ino, 1);
                     break;
                 }
                 added_any = true;

@@ -219,23 +219,6 @@ pub trait Store: Send + Sync + 'static {
     fn readdir_plus(&self, node: &Self::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         Ok(self.readdir(node)?.into_iter().map(|e| (e, None)).collect())
     }
-    /// Whether an entry's attributes cost the store a request of their own, beyond the
-    /// listing (a filesystem: an `fstatat` per entry, a round trip each over NFS or sshfs, an
-    /// inode read on an HDD), where an S3 LIST gives them in the same pages. Such a store is
-    /// listed for names first and its entries are stat'ed when someone asks for one
-    /// ([`Store::stat_names`]): `find -name` needs names and types only.
-    fn names_list_cheaper(&self) -> bool {
-        false
-    }
-    /// The attributes of `names` in directory `node` (None: gone, or failed), with many
-    /// requests in flight where the store can: what [`Store::readdir_plus`] adds to a
-    /// listing, for the entries asked for. The default asks one after another.
-    fn stat_names(&self, node: &Self::Node, names: &[OsString]) -> Vec<Option<Attr>> {
-        names
-            .iter()
-            .map(|n| self.lookup(node, n).ok().map(|(_, a)| a))
-            .collect()
-    }
     fn statfs(&self, node: &Self::Node) -> Result<StatFs>;
     fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>>;
     fn setxattr(&self, node: &Self::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()>;

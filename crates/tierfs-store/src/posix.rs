@@ -933,25 +933,6 @@ impl Store for PosixStore {
         self.list_dir(node, true)
     }
 
-    fn names_list_cheaper(&self) -> bool {
-        true
-    }
-
-    fn stat_names(&self, node: &PosixNode, names: &[OsString]) -> Vec<Option<Attr>> {
-        // (A name with a NUL or a slash names nothing here.)
-        let Some(names) = names
-            .iter()
-            .map(|n| component(n).ok().map(|c| (c, 0, None)))
-            .collect::<Option<Vec<_>>>()
-        else {
-            return vec![None; names.len()];
-        };
-        // fstatat takes the node's O_PATH descriptor as it is: no open of the directory
-        // (over a FUSE or network store an OPENDIR and a RELEASEDIR).
-        let wanted: Vec<usize> = (0..names.len()).collect();
-        self.stat_entries(node.fd(), &names, &wanted)
-    }
-
     fn statfs(&self, node: &PosixNode) -> Result<StatFs> {
         let mut st: libc::statfs64 = unsafe { std::mem::zeroed() };
         cvt(unsafe { libc::fstatfs64(node.fd(), &mut st) })?;
