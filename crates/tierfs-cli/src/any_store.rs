@@ -314,6 +314,16 @@ impl Store for AnyStore {
     fn readdir_plus(&self, node: &AnyNode) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         on_node!(self, node, |s, n| s.readdir_plus(n))
     }
+    fn names_list_cheaper(&self) -> bool {
+        !matches!(self, AnyStore::S3(_))
+    }
+    fn stat_names(&self, node: &AnyNode, names: &[OsString]) -> Vec<Option<Attr>> {
+        match (self, node) {
+            (AnyStore::Posix(s), AnyNode::Posix(n)) => s.stat_names(n, names),
+            (AnyStore::S3(s), AnyNode::S3(n)) => s.stat_names(n, names),
+            _ => vec![None; names.len()],
+        }
+    }
     fn statfs(&self, node: &AnyNode) -> Result<StatFs> {
         on_node!(self, node, |s, n| s.statfs(n))
     }

@@ -14,6 +14,8 @@ pub struct Config {
     pub store_identity: tierfs_store::IdentityChoice,
     /// `store.stat_concurrency`: entries of a listing stat'ed at once on a slow store.
     pub store_stat_concurrency: usize,
+    /// `store.names_first`: directories listed for names first (docs/tunables.md).
+    pub store_names_first: tierfs_store::NamesFirst,
     pub fs: FsConfig,
     pub fuse: FuseConfig,
     pub ssd: SsdConfig,
@@ -125,6 +127,7 @@ impl Default for Config {
         Config {
             store_identity: Default::default(),
             store_stat_concurrency: tierfs_store::STAT_CONCURRENCY,
+            store_names_first: Default::default(),
             fs,
             fuse,
             ssd: SsdConfig::default(),
@@ -366,6 +369,7 @@ impl Config {
         "writeback.reserve_chunk",
         "store.identity",
         "store.stat_concurrency",
+        "store.names_first",
     ];
 
     /// The value of one tunable, in the form [`Config::set`] takes; None for an unknown key.
@@ -446,6 +450,7 @@ impl Config {
             "writeback.reserve_chunk" => format_size(wb.reserve_chunk),
             "store.identity" => self.store_identity.to_string(),
             "store.stat_concurrency" => self.store_stat_concurrency.to_string(),
+            "store.names_first" => self.store_names_first.to_string(),
             _ => return None,
         })
     }
@@ -485,6 +490,10 @@ impl Config {
                 }
                 "store.identity" => {
                     self.store_identity = value.parse().map_err(|e: String| anyhow::anyhow!(e))?
+                }
+                "store.names_first" => {
+                    self.store_names_first =
+                        value.parse().map_err(|e: String| anyhow::anyhow!(e))?
                 }
                 "ssd.max_size" => self.ssd.max_size = parse_size(value)?,
                 "ssd.max_fill_pct" => self.ssd.max_fill_pct = parse_count(value, 1, 100)? as u8,

@@ -155,6 +155,15 @@ fn open_store(args: &MountArgs, s3_url: Option<&str>) -> Result<AnyStore> {
     }
     let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
     store.set_stat_concurrency(args.config.store_stat_concurrency);
+    let why = store.set_names_first(args.config.store_names_first);
+    tracing::info!(
+        "directory listings: {} ({why})",
+        if tierfs_store::Store::names_list_cheaper(&store) {
+            "names first, entries stat'ed when one is asked for"
+        } else {
+            "with every entry's attributes"
+        }
+    );
     Ok(AnyStore::Posix(store))
 }
 

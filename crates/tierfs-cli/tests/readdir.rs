@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -133,4 +133,120 @@ fn short_pages_lose_and_repeat_nothing() {
     let set: std::collections::HashSet<&String> = names.iter().collect();
     assert_eq!(set.len(), MANY, "an entry shown twice");
     assert!((0..MANY).all(|i| set.contains(&i.to_string())));
+}
+
+/// Runs `cmd args` under the test timeout; its standard output.
+fn output_of(mnt: &std::path::Path, cmd: &'static str, args: Vec<std::ffi::OsString>) -> String {
+    with_timeout(LIMIT, vec![mnt.to_path_buf()], move || {
+        let out = std::process::Command::new(cmd)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd} {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    })
+}
+
+/// A store listed for names first (`store.names_first`: `auto` where a stat costs a
+/// request): a `find -name`, which needs names and types, costs the store a listing per
+/// directory and a stat per subdirectory, not one per file. The first stat of a file brings
+/// its directory's files in one fan-out (`du`: one per directory, not one per file). What the
+/// kernel was given without attributes agrees with what it is told when it asks: inode
+/// numbers, types and sizes, after the listings expired and were taken again too.
+#[test]
+fn a_walk_by_name_stats_subdirectories_only() {
+    const DIRS: usize = 12;
+    const PER: usize = 40;
+    // (`auto` lists a local disk with the attributes: its stats take microseconds. Names
+    // first needs path identities.)
+    let m = BinMount::new(&["store.names_first=on", "store.identity=path"]);
+    let tree = m.backing.join("tree");
+    for d in 0..DIRS {
+        let dir = tree.join(format!("d{d}"));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        for f in 0..PER {
+            std::fs::write(dir.join(format!("f{f}.txt")), vec![b'x'; d * PER + f]).unwrap();
+        }
+        std::os::unix::fs::symlink("f0.txt", dir.join("link")).unwrap();
+    }
+    let subdirs = (2 * DIRS + 1) as u64; // tree, d*, d*/sub
+    let mtree = m.mnt.join("tree");
+
+    let s0 = m.stats();
+    let found = output_of(
+        &m.mnt,
+        "find",
+        vec![mtree.clone().into(), "-name".into(), "f7.txt".into()],
+    );
+    assert_eq!(found.lines().count(), DIRS, "{found}");
+    let s1 = m.stats();
+    let lookups = n(&s1, "backing.lookup") - n(&s0, "backing.lookup");
+    // Each subdirectory: its attributes, and its node when it is listed (an open by name).
+    assert!(
+        lookups <= 2 * subdirs + 2,
+        "find -name over {DIRS} directories of {PER} files: {lookups} store lookups (at most \
+         two for each of the {subdirs} directories expected, none for the files)"
+    );
+
+    // du needs every entry's attributes: one fan-out per directory's files.
+    let du = |root: &std::path::Path| {
+        let args = vec!["-s".into(), "-b".into(), root.as_os_str().to_owned()];
+        output_of(&m.mnt, "du", args)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(du(&mtree), du(&tree), "du through tierfs and on the store");
+    let s2 = m.stats();
+    let fanouts = n(&s2, "meta_entry_stats") - n(&s1, "meta_entry_stats");
+    assert!(
+        fanouts <= (DIRS + 2) as u64,
+        "du of {DIRS} directories: {fanouts} fan-outs for entries' attributes"
+    );
+    let lookups = n(&s2, "backing.lookup") - n(&s1, "backing.lookup");
+    let entries = (DIRS * (PER + 1)) as u64;
+    assert!(
+        lookups >= entries && lookups <= entries + subdirs + 2,
+        "du: {lookups} entries stat'ed on the store, for {entries} files and links"
+    );
+
+    // After the listings expired (meta.ttl is 1 s) and the kernel forgot the names: listed
+    // again without attributes, each entry's inode number in getdents is the one stat
+    // gives, with the store's type and size.
+    for round in 0..2 {
+        std::thread::sleep(Duration::from_millis(1_200));
+        drop_caches();
+        let mtree = mtree.clone();
+        let tree = tree.clone();
+        with_timeout(LIMIT, vec![m.mnt.clone()], move || {
+            for d in 0..DIRS {
+                let dir = mtree.join(format!("d{d}"));
+                let mut seen = 0;
+                for e in std::fs::read_dir(&dir).unwrap() {
+                    let e = e.unwrap();
+                    let md = e.path().symlink_metadata().unwrap();
+                    let back = tree
+                        .join(format!("d{d}"))
+                        .join(e.file_name())
+                        .symlink_metadata()
+                        .unwrap();
+                    let name = e.path();
+                    assert_eq!(
+                        e.ino(),
+                        md.ino(),
+                        "round {round}: {name:?}: d_ino and st_ino"
+                    );
+                    assert_eq!(e.file_type().unwrap(), md.file_type(), "{name:?}");
+                    assert_eq!(md.file_type(), back.file_type(), "{name:?}");
+                    if md.is_file() {
+                        assert_eq!(md.len(), back.len(), "{name:?}");
+                        assert_eq!(md.mode(), back.mode(), "{name:?}");
+                    }
+                    seen += 1;
+                }
+                assert_eq!(seen, PER + 2);
+            }
+        });
+    }
 }

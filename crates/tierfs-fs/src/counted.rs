@@ -325,8 +325,25 @@ impl<S: Store> Store for CountedStore<S> {
     fn readdir(&self, node: &S::Node) -> Result<Vec<DirEntry>> {
         self.count(&self.counters.readdir, self.inner.readdir(node))
     }
+    /// Where an entry's attributes cost a request of their own (a filesystem), each is
+    /// counted as a lookup too.
     fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
-        self.count(&self.counters.readdir, self.inner.readdir_plus(node))
+        let r = self.count(&self.counters.readdir, self.inner.readdir_plus(node));
+        if let Ok(v) = &r {
+            if self.inner.names_list_cheaper() {
+                let stats = v.iter().filter(|(_, a)| a.is_some()).count();
+                self.counters.lookup.fetch_add(stats as u64, Relaxed);
+            }
+        }
+        r
+    }
+    fn names_list_cheaper(&self) -> bool {
+        self.inner.names_list_cheaper()
+    }
+    /// Counted as lookups, one per name: each is one on the store.
+    fn stat_names(&self, node: &S::Node, names: &[OsString]) -> Vec<Option<Attr>> {
+        self.counters.lookup.fetch_add(names.len() as u64, Relaxed);
+        self.inner.stat_names(node, names)
     }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
         self.count(&self.counters.other, self.inner.statfs(node))

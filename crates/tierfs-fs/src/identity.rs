@@ -396,6 +396,18 @@ impl<S: Store> Store for IdStore<S> {
         }
         Ok(v)
     }
+    fn names_list_cheaper(&self) -> bool {
+        self.inner.names_list_cheaper()
+    }
+    fn stat_names(&self, node: &Self::Node, names: &[OsString]) -> Vec<Option<Attr>> {
+        let mut v = self.inner.stat_names(&node.inner, names);
+        for (a, name) in v.iter_mut().zip(names) {
+            if let Some(a) = a {
+                *a = stamp(*a, self.child(node.id, name, a));
+            }
+        }
+        v
+    }
     fn statfs(&self, node: &Self::Node) -> Result<StatFs> {
         self.inner.statfs(&node.inner)
     }

@@ -220,6 +220,18 @@ impl MetaCache {
         (self.fresh(a.1) && !self.distrusts(&a.0)).then_some(*a)
     }
 
+    /// Whether attributes of `id` validated within `meta.ttl` are held, trusted or not (see
+    /// [`MetaCache::distrusts`]): asking the store again would tell nothing newer.
+    pub fn has_fresh_attr(&self, id: Ident) -> bool {
+        self.attrs.get(&id).is_some_and(|a| self.fresh(a.1))
+    }
+
+    /// Attributes validated within `meta.ttl`, trusted or not, and when.
+    pub fn fresh_attr_untrusted(&self, id: Ident) -> Option<(Attr, Instant)> {
+        let a = self.attrs.get(&id)?;
+        self.fresh(a.1).then_some(*a)
+    }
+
     /// Whether attributes like `a` cannot be trusted once given: with path identities the
     /// names of a hard-linked file are objects of their own, and a link or unlink through
     /// one of them changes the others' link count without a trace here.
@@ -358,6 +370,27 @@ impl MetaCache {
         for (_, a) in entries {
             self.put_attr(a, at);
         }
+        self.put_names_of(dir, names, order, at);
+    }
+
+    /// Replaces the listing of `dir` with names validated at `at`, leaving the entries'
+    /// attributes as they are (a store listed for names first, `Store::names_list_cheaper`).
+    pub fn put_names(&self, dir: Ident, entries: &[(OsString, Child)], at: Instant) {
+        if !self.enabled() {
+            return;
+        }
+        let names = entries.iter().cloned().collect();
+        let order = entries.iter().map(|(n, _)| n.clone()).collect();
+        self.put_names_of(dir, names, order, at);
+    }
+
+    fn put_names_of(
+        &self,
+        dir: Ident,
+        names: rustc_hash::FxHashMap<OsString, Child>,
+        order: Vec<OsString>,
+        at: Instant,
+    ) {
         // A relisting that found the same names keeps its version: the kernel's copy of them
         // is still right.
         let (version, opened) = match self.dirs.get(&dir) {
@@ -436,6 +469,21 @@ impl MetaCache {
             };
             if l.names.insert(name.to_owned(), child).is_none() {
                 l.order.push(name.to_owned());
+                l.version = next_version();
+            }
+        }
+    }
+
+    /// The store says `name` in `dir` is the object `attr` describes, which a listing of
+    /// names had as another (replaced since, or a mount point, whose entry names the inode
+    /// under it): the listing follows the store.
+    pub fn correct_name(&self, dir: Ident, name: &OsStr, attr: &Attr) {
+        if let Some(mut l) = self.dirs.get_mut(&dir) {
+            if let Some(c) = l.names.get_mut(name) {
+                *c = Child {
+                    id: ident(attr),
+                    kind: attr.kind,
+                };
                 l.version = next_version();
             }
         }

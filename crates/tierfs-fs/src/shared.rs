@@ -22,7 +22,7 @@ pub(crate) type St<S> = IdStore<CountedStore<S>>;
 pub(crate) type Node<S> = <St<S> as Store>::Node;
 pub(crate) type Handle<S> = <St<S> as Store>::Handle;
 /// A directory's entries with their attributes, as one listing gave them.
-pub(crate) type Listed = Arc<Vec<(OsString, Attr)>>;
+pub(crate) type Listed = Arc<Vec<(OsString, crate::meta::Child)>>;
 
 pub(crate) struct Shared<S: Store> {
     pub store: St<S>,

@@ -32,8 +32,11 @@ pub struct FsStats {
     pub ssd_blocks: AtomicU64,
     /// Partial-block reads answered straight from the SSD tier (not promoted to RAM).
     pub ssd_range_reads: AtomicU64,
-    /// Directories listed (with attributes) from the backing store.
+    /// Directories listed from the backing store (with attributes, or for names first).
     pub meta_listings: AtomicU64,
+    /// Fan-outs that asked the store for the attributes of a names-first listing's entries
+    /// (`namespace::entry_attrs`; each entry is counted as a store lookup).
+    pub meta_entry_stats: AtomicU64,
     /// Opens answered without the backing store (`meta.cto=off`).
     pub lazy_opens: AtomicU64,
     /// Read-only opens checked by the store's fresh attributes, the backing file opened only
@@ -162,6 +165,8 @@ pub struct StatsSnapshot {
     /// The SSD tier's own counters; absent without one.
     pub ssd: Option<tierfs_cache::SsdStats>,
     pub meta_listings: u64,
+    #[serde(default)]
+    pub meta_entry_stats: u64,
     pub lazy_opens: u64,
     pub checked_opens: u64,
     pub prefetched_files: u64,

@@ -191,7 +191,10 @@ impl<S: Store> Filesystem for Adapter<S> {
         // or `ls -l` that stats every entry then costs no LOOKUP each (1,000 entries over
         // sshfs: 90 ms of lookups). Without the metadata cache (`meta.ttl=0`) each entry of a
         // READDIRPLUS page costs a store lookup: there the kernel decides (auto).
-        if !self.fs.meta_cache_enabled() {
+        // A mount listed for names first (`namespace::entry_attrs`) has the kernel decide too:
+        // READDIRPLUS for a directory's first page (answered with `.` and `..` alone, see
+        // `readdirplus`) and after a lookup in it, plain READDIR for the names otherwise.
+        if !self.fs.meta_cache_enabled() || self.fs.lists_names_first() {
             let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
         }
         // O_TRUNC in the OPEN request itself. Not with no-open: there is no OPEN to carry
@@ -624,6 +627,19 @@ impl<S: Store> Filesystem for Adapter<S> {
         // `find` then costs no thread hand-off per directory either.
         let ttl = self.ttls.attr.get().min(self.ttls.entry.get());
         let fs = &self.fs;
+        // Listed for names first: the first page holds `.` and `..` only (a short page: the
+        // kernel asks again from offset 2, with plain READDIR unless something looked a name
+        // up in the directory meanwhile). Names cannot go out in READDIRPLUS without their
+        // real attributes (docs/architecture.md, "Why listings still stat every entry").
+        if offset == 0 && fs.lists_names_first() {
+            if let (Ok(mut entries), Some((dir_attr, _))) =
+                (fs.readdir(fh.0, 0), fs.getattr_fast(ino.0))
+            {
+                entries.truncate(2);
+                let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                return;
+            }
+        }
         let reply = match (fs.readdir(fh.0, offset), fs.getattr_fast(ino.0)) {
             (Ok(entries), Some((dir_attr, _))) => {
                 match fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {

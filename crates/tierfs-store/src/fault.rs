@@ -393,6 +393,19 @@ impl<S: Store> Store for FaultStore<S> {
                 .collect()
         })
     }
+    fn names_list_cheaper(&self) -> bool {
+        self.inner.names_list_cheaper()
+    }
+    fn stat_names(&self, node: &S::Node, names: &[OsString]) -> Vec<Option<Attr>> {
+        if self.faults.enter(Meta).is_err() {
+            return vec![None; names.len()];
+        }
+        self.inner
+            .stat_names(node, names)
+            .into_iter()
+            .map(|a| a.map(|a| self.renum(a)))
+            .collect()
+    }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
         self.faults.enter(Meta)?;
         self.inner.statfs(node)

@@ -20,7 +20,7 @@ pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
 pub use posix::{PosixHandle, PosixNode, PosixStore};
-pub use stat_fanout::{StatFanout, STAT_CONCURRENCY};
+pub use stat_fanout::{NamesFirst, StatFanout, STAT_CONCURRENCY};
 pub use store_id::readable_id;
 
 use std::ffi::{OsStr, OsString};
@@ -218,6 +218,23 @@ pub trait Store: Send + Sync + 'static {
     /// entry that vanished between listing and stat, or a store without the capability.
     fn readdir_plus(&self, node: &Self::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         Ok(self.readdir(node)?.into_iter().map(|e| (e, None)).collect())
+    }
+    /// Whether an entry's attributes cost the store a request of their own, beyond the
+    /// listing (a filesystem: an `fstatat` per entry, a round trip each over NFS or sshfs, an
+    /// inode read on an HDD), where an S3 LIST gives them in the same pages. Such a store is
+    /// listed for names first and its entries are stat'ed when someone asks for one
+    /// ([`Store::stat_names`]): `find -name` needs names and types only.
+    fn names_list_cheaper(&self) -> bool {
+        false
+    }
+    /// The attributes of `names` in directory `node` (None: gone, or failed), with many
+    /// requests in flight where the store can: what [`Store::readdir_plus`] adds to a
+    /// listing, for the entries asked for. The default asks one after another.
+    fn stat_names(&self, node: &Self::Node, names: &[OsString]) -> Vec<Option<Attr>> {
+        names
+            .iter()
+            .map(|n| self.lookup(node, n).ok().map(|(_, a)| a))
+            .collect()
     }
     fn statfs(&self, node: &Self::Node) -> Result<StatFs>;
     fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>>;

@@ -90,6 +90,8 @@ pub struct PosixStore {
     identity_why: String,
     /// One by one or many at a time, for a listing's stats (`store.stat_concurrency`).
     stat_fanout: StatFanout,
+    /// `store.names_first`, decided at mount ([`PosixStore::set_names_first`]).
+    names_first: std::sync::atomic::AtomicBool,
 }
 
 /// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
@@ -376,7 +378,56 @@ impl PosixStore {
             identity,
             identity_why,
             stat_fanout: StatFanout::default(),
+            names_first: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// `store.names_first`: decides, for the life of the mount, whether directories are
+    /// listed for names first (`Store::names_list_cheaper`). `auto` measures: the root is
+    /// listed, then up to 8 of its entries are stat'ed one by one, as a listing's probe does
+    /// (`StatFanout`); names first if a stat took 200 µs or more (a request to the server,
+    /// an inode read on a disk), not where the store's client has the attributes from its
+    /// own listing (sshfs, an NFS client's READDIRPLUS) or a local disk's inode cache does.
+    /// Returns why, for the log.
+    pub fn set_names_first(&self, choice: crate::NamesFirst) -> String {
+        let (yes, why) = match choice {
+            crate::NamesFirst::On => (true, "store.names_first=on".to_string()),
+            crate::NamesFirst::Off => (false, "store.names_first=off".to_string()),
+            crate::NamesFirst::Auto => self.probe_stats(),
+        };
+        self.names_first
+            .store(yes, std::sync::atomic::Ordering::Relaxed);
+        why
+    }
+
+    fn probe_stats(&self) -> (bool, String) {
+        let root = self.root.read().clone();
+        let Ok(listed) = self.list_dir(&root, false) else {
+            return (false, "the root could not be listed".into());
+        };
+        let names: Vec<CString> = listed
+            .iter()
+            .take(crate::stat_fanout::PROBE_STATS)
+            .filter_map(|(e, _)| component(&e.name).ok())
+            .collect();
+        if names.is_empty() {
+            return (false, "nothing in the root to measure".into());
+        }
+        let t = std::time::Instant::now();
+        for n in &names {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            unsafe { libc::fstatat(root.fd(), n.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+        }
+        let per = t.elapsed() / names.len() as u32;
+        let slow = per >= crate::stat_fanout::PARALLEL_STAT_AFTER;
+        (
+            slow,
+            format!(
+                "a stat after a listing took {per:?} ({} entries of the root; names first from {:?})",
+                names.len(),
+                crate::stat_fanout::PARALLEL_STAT_AFTER
+            ),
+        )
     }
 
     /// Why the store's identity is what it is (filesystem type, or the option), for the log.
@@ -931,6 +982,25 @@ impl Store for PosixStore {
 
     fn readdir_plus(&self, node: &PosixNode) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         self.list_dir(node, true)
+    }
+
+    fn names_list_cheaper(&self) -> bool {
+        self.names_first.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stat_names(&self, node: &PosixNode, names: &[OsString]) -> Vec<Option<Attr>> {
+        // (A name with a NUL or a slash names nothing here.)
+        let Some(names) = names
+            .iter()
+            .map(|n| component(n).ok().map(|c| (c, 0, None)))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return vec![None; names.len()];
+        };
+        // fstatat takes the node's O_PATH descriptor as it is: no open of the directory
+        // (over a FUSE or network store an OPENDIR and a RELEASEDIR).
+        let wanted: Vec<usize> = (0..names.len()).collect();
+        self.stat_entries(node.fd(), &names, &wanted)
     }
 
     fn statfs(&self, node: &PosixNode) -> Result<StatFs> {

@@ -38,12 +38,22 @@ pub(crate) struct Walk {
 pub(crate) struct Walks {
     dirs: parking_lot::Mutex<rustc_hash::FxHashMap<Ident, Walk>>,
     clock: std::sync::atomic::AtomicU64,
+    /// Files loaded ahead whose inode the kernel did not know (a directory listed for names
+    /// first gives READDIRPLUS entries without attributes and without an inode here): a
+    /// lookup reference of ours keeps the inode, and its node, until the walk opens the file
+    /// (the kernel has looked it up by then and holds its own), or until [`HOLD_MAX`] went
+    /// by. Letting go at once cost the walk's open a store lookup for the node again.
+    held: parking_lot::Mutex<rustc_hash::FxHashMap<u64, std::time::Instant>>,
 }
+
+/// How long a file loaded ahead keeps its inode for the walk's open (see [`Walks::held`]).
+const HOLD_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<S: Store> Objects<S> {
     /// A file was opened read-only by an application: if this continues a walk of its
     /// directory in listing order, the next files of the listing are loaded ahead.
     pub fn opened_for_walk(self: &Arc<Self>, ino: u64) {
+        self.let_go_held(ino);
         let files = self.prefetch_files.load(Relaxed);
         if files == 0 {
             return;
@@ -77,7 +87,7 @@ impl<S: Store> Objects<S> {
                 used: 0,
             })
         };
-        let todo: Vec<Child> = {
+        let todo: Vec<(OsString, Child)> = {
             let mut dirs = self.walks.dirs.lock();
             if let Some(w) = fresh {
                 if dirs.len() >= WALKS_MAX {
@@ -108,30 +118,20 @@ impl<S: Store> Objects<S> {
             let from = w.ahead.max(at + 1);
             let to = (at + 1 + files).min(w.names.len());
             w.ahead = w.ahead.max(to);
-            w.names
-                .get(from..to)
-                .unwrap_or_default()
-                .iter()
-                .map(|(_, c)| *c)
-                .collect()
+            w.names.get(from..to).unwrap_or_default().to_vec()
         };
         let max = self.prefetch_max_file.load(Relaxed);
-        for child in todo {
+        for (name, child) in todo {
             if child.kind != FileKind::File {
                 continue;
             }
-            let Some((attr, _)) = self.ns.meta.attr(child.id) else {
+            let Some((attr, at)) = self.ns.meta.attr(child.id) else {
                 continue;
             };
             if attr.size == 0 || attr.size > max {
                 continue;
             }
-            // The kernel knows the file (READDIRPLUS looked every entry up): its inode is
-            // what the walk will open.
-            let Some(sib) = self.ns.inodes.by_ident(child.id) else {
-                continue;
-            };
-            if let Some(st) = &sib.file {
+            if let Some(st) = self.ns.inodes.file_state_of(child.id) {
                 let v = st.version();
                 if st.has_dirty.load(Relaxed)
                     || self.sh.cache.contains(&BlockKey { gen: v.gen, idx: 0 })
@@ -139,9 +139,56 @@ impl<S: Store> Objects<S> {
                     continue;
                 }
             }
+            // The inode the walk will open: the kernel's, if READDIRPLUS gave it the entry
+            // with attributes; else one held for the load alone (a directory listed for
+            // names first, `namespace::entry_attrs`), given back after it.
+            let (sib, held) = match self.ns.inodes.by_ident(child.id) {
+                Some(sib) => (sib, false),
+                None => {
+                    let sib = self
+                        .ns
+                        .inodes
+                        .remember_lazy(parent.clone(), &name, &attr, at);
+                    (sib, true)
+                }
+            };
             let me = self.clone();
             let (ino, size) = (sib.ino, attr.size);
-            self.prefetch_pool.spawn(move || me.load_whole(ino, size));
+            self.prefetch_pool.spawn(move || {
+                me.load_whole(ino, size);
+                let now = std::time::Instant::now();
+                // (Loaded twice: one reference is enough.)
+                if held && me.walks.held.lock().insert(ino, now).is_some() && me.ns.forget(ino, 1) {
+                    me.forgotten(ino);
+                }
+            });
+        }
+    }
+
+    /// The walk opened `ino`: the reference a load ahead took on it goes, and so do those
+    /// held longer than [`HOLD_MAX`] (files the walk never opened).
+    fn let_go_held(&self, ino: u64) {
+        let gone: Vec<u64> = {
+            let mut held = self.walks.held.lock();
+            if held.is_empty() {
+                return;
+            }
+            let mut gone: Vec<u64> = held.remove(&ino).map(|_| ino).into_iter().collect();
+            if held.len() > 64 || held.values().any(|t| t.elapsed() > HOLD_MAX) {
+                held.retain(|i, t| {
+                    let keep = t.elapsed() <= HOLD_MAX;
+                    if !keep {
+                        gone.push(*i);
+                    }
+                    keep
+                });
+            }
+            gone
+        };
+        for i in gone {
+            if self.ns.forget(i, 1) {
+                self.forgotten(i);
+            }
         }
     }
 

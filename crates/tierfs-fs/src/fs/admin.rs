@@ -209,6 +209,7 @@ impl<S: Store> Fs<S> {
             ssd_range_reads: FsStats::get(&s.ssd_range_reads),
             ssd,
             meta_listings: FsStats::get(&s.meta_listings),
+            meta_entry_stats: FsStats::get(&s.meta_entry_stats),
             lazy_opens: FsStats::get(&s.lazy_opens),
             checked_opens: FsStats::get(&s.checked_opens),
             prefetched_files: FsStats::get(&s.prefetched_files),

@@ -9,7 +9,8 @@
 //! before a namespace operation or a truncate that must follow it, reads of a file with
 //! dirty data go through write-back's overlay, and attributes shown to the kernel include
 //! dirty data (size, mtime). `admin` holds the rest of the API: stats, tunables, memory
-//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `name_ops` the
+//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `dir_ops`
+//! opened directories and their pages; `name_ops` the
 //! operations that make, remove and rename names; `deferred`
 //! write-back of namespace operations (which are acknowledged before the store has them, and
 //! the wait before the others).
@@ -17,12 +18,13 @@
 mod admin;
 mod data_ops;
 mod deferred;
+mod dir_ops;
 mod name_ops;
 
 use crate::counted::CountedStore;
 use crate::data::{Objects, OpenReply};
 use crate::identity::IdStore;
-use crate::namespace::{DirEntryOut, DirOpen, Entry, Namespace, Requester};
+use crate::namespace::{Entry, Namespace, Requester};
 use crate::shared::Shared;
 use crate::writeback::Writeback;
 use crate::FsConfig;
@@ -320,42 +322,6 @@ impl<S: Store> Fs<S> {
     }
 
     // ---------------------------------------------------------------- directories
-
-    /// Reads the directory once; later readdir calls page through this snapshot, so offsets
-    /// stay valid while the directory changes.
-    pub fn opendir(&self, ino: u64) -> Result<DirOpen> {
-        if self
-            .wb()
-            .is_some_and(|w| !self.ns.prov.is_empty() || w.any_chattr_pending())
-        {
-            // Names deferred so far are listed from the provisional table with the store's
-            // (every name the store lists is still there, but for the old names of queued
-            // moves, which the table hides), instead of waiting for the flusher. Deferred
-            // setattrs of the store's objects change no name (`chmod -R` opens each
-            // directory right after its chmod): their attributes are laid over the entries.
-            return self.cached_if_gone(|| self.ns.opendir_with_provisional(ino));
-        }
-        self.drain_ns()?;
-        self.cached_if_gone(|| self.ns.opendir(ino))
-    }
-
-    /// [`Fs::opendir`] when the metadata cache (or an SSD read-around window already in
-    /// memory) has the listing: no I/O, for the FUSE thread itself.
-    pub fn opendir_fast(&self, ino: u64) -> Option<DirOpen> {
-        if !self.ns.prov.is_empty() {
-            return None;
-        }
-        self.ns.opendir_fast(ino)
-    }
-
-    /// Entries from `offset` on.
-    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
-        self.ns.readdir(fh, offset)
-    }
-
-    pub fn releasedir(&self, fh: u64) {
-        self.ns.releasedir(fh)
-    }
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
         // Its deferred names are on the store (each group syncs its directories).

@@ -31,6 +31,10 @@ pub struct DirOpen {
     pub keep_cache: bool,
 }
 
+/// A name a directory handle lists: name, kind, kernel inode number and the store's
+/// identity (none for a name the store does not have yet, or with no metadata cache).
+pub(crate) type ListedName = (OsString, FileKind, u64, Option<crate::identity::Ident>);
+
 pub(crate) struct DirHandle {
     entries: Vec<DirEntryOut>,
 }
@@ -61,8 +65,11 @@ impl<S: Store> Namespace<S> {
             None if self.ssd_meta() => self.sh.store.getattr(&node).ok(),
             None => None,
         };
-        let own_before = crate::file_state::own_changes();
         let start = self.listing_start();
+        if self.names_first() {
+            return self.list_names(d, &node, dir_attr, start);
+        }
+        let own_before = crate::file_state::own_changes();
         let listing = self.sh.store.readdir_plus(&node)?;
         // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
         // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
@@ -103,7 +110,17 @@ impl<S: Store> Namespace<S> {
                 self.meta.put_attr(a, at);
             }
         }
-        Ok(Arc::new(out))
+        Ok(Arc::new(
+            out.into_iter()
+                .map(|(n, a)| {
+                    let c = crate::meta::Child {
+                        id: ident(&a),
+                        kind: a.kind,
+                    };
+                    (n, c)
+                })
+                .collect(),
+        ))
     }
 
     /// Whether the file `attr` describes had one of our own changes recorded after
@@ -194,9 +211,9 @@ impl<S: Store> Namespace<S> {
             // A name in both is listed once (below); one a queued move left, not at all.
             let names: rustc_hash::FxHashSet<&OsString> =
                 prov.iter().map(|(n, _)| n).chain(hidden.iter()).collect();
-            listing.retain(|(n, _, _)| !names.contains(n));
+            listing.retain(|(n, ..)| !names.contains(n));
         }
-        listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino)));
+        listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino, None)));
         let fh = self.add_dir_handle(i.ino, listing);
         Ok(DirOpen {
             fh,
@@ -208,16 +225,19 @@ impl<S: Store> Namespace<S> {
 
     /// A directory's names as (name, kind, kernel inode): from the metadata cache (or the
     /// SSD tier), else from the store.
-    fn listing_of(&self, i: &Arc<Inode<St<S>>>) -> Result<Vec<(OsString, FileKind, u64)>> {
+    fn listing_of(&self, i: &Arc<Inode<St<S>>>) -> Result<Vec<ListedName>> {
         if !self.meta.has_listing(i.id()) {
             self.restore_listing(i, false);
         }
-        let listing: Vec<(OsString, FileKind, u64)> = match self.cached_listing(i) {
+        let listing: Vec<ListedName> = match self.cached_listing(i) {
             Some(l) => l,
             None if self.meta.enabled() => self
                 .list_dir(i)?
                 .iter()
-                .map(|(name, a)| (name.clone(), a.kind, self.inodes.kernel_ino(a)))
+                .map(|(name, c)| {
+                    let ino = self.inodes.kernel_ino_of_ident(c.id);
+                    (name.clone(), c.kind, ino, Some(c.id))
+                })
                 .collect(),
             None => self
                 .sh
@@ -226,7 +246,7 @@ impl<S: Store> Namespace<S> {
                 .into_iter()
                 .map(|e| {
                     let ino = self.inodes.kernel_ino_of_ident((e.dev, e.ino));
-                    (e.name, e.kind.unwrap_or(FileKind::File), ino)
+                    (e.name, e.kind.unwrap_or(FileKind::File), ino, None)
                 })
                 .collect(),
         };
@@ -234,11 +254,7 @@ impl<S: Store> Namespace<S> {
     }
 
     /// A directory handle for `listing`, and what the kernel may do with its copy.
-    pub(crate) fn dir_open(
-        &self,
-        i: &Inode<St<S>>,
-        listing: Vec<(OsString, FileKind, u64)>,
-    ) -> DirOpen {
+    pub(crate) fn dir_open(&self, i: &Inode<St<S>>, listing: Vec<ListedName>) -> DirOpen {
         let fh = self.add_dir_handle(i.ino, listing);
         DirOpen {
             fh,
@@ -262,40 +278,43 @@ impl<S: Store> Namespace<S> {
     }
 
     /// A fresh cached listing as (name, kind, kernel inode).
-    pub(crate) fn cached_listing(
-        &self,
-        i: &Inode<St<S>>,
-    ) -> Option<Vec<(OsString, FileKind, u64)>> {
+    pub(crate) fn cached_listing(&self, i: &Inode<St<S>>) -> Option<Vec<ListedName>> {
         let l = self.meta.listing(i.id())?;
         FsStats::add(&self.sh.stats.meta_hits, 1);
         Some(
             l.into_iter()
-                .map(|(name, c)| (name, c.kind, self.inodes.kernel_ino_of_ident(c.id)))
+                .map(|(name, c)| {
+                    let ino = self.inodes.kernel_ino_of_ident(c.id);
+                    (name, c.kind, ino, Some(c.id))
+                })
                 .collect(),
         )
     }
 
-    pub(crate) fn add_dir_handle(&self, ino: u64, listing: Vec<(OsString, FileKind, u64)>) -> u64 {
+    pub(crate) fn add_dir_handle(&self, ino: u64, listing: Vec<ListedName>) -> u64 {
         let mut entries = Vec::with_capacity(listing.len() + 2);
         entries.push(DirEntryOut {
             ino,
             name: ".".into(),
             kind: FileKind::Dir,
             next_offset: 1,
+            id: None,
         });
         entries.push(DirEntryOut {
             ino,
             name: "..".into(),
             kind: FileKind::Dir,
             next_offset: 2,
+            id: None,
         });
-        for (name, kind, ino) in listing {
+        for (name, kind, ino, id) in listing {
             let next_offset = entries.len() as u64 + 1;
             entries.push(DirEntryOut {
                 ino,
                 name,
                 kind,
                 next_offset,
+                id,
             });
         }
         let fh = self.next_dir_fh.fetch_add(1, Relaxed);

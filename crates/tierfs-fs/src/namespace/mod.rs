@@ -9,6 +9,7 @@
 //! the SSD tier are current).
 
 mod attrs;
+mod entry_attrs;
 mod estale;
 mod listing;
 mod names;
@@ -56,6 +57,8 @@ pub struct DirEntryOut {
     pub kind: FileKind,
     /// Offset of the entry after this one.
     pub next_offset: u64,
+    /// The store's identity of it (none for `.`, `..`).
+    pub id: Option<Ident>,
 }
 
 pub(crate) struct Namespace<S: Store> {
@@ -64,6 +67,11 @@ pub(crate) struct Namespace<S: Store> {
     pub meta: MetaCache,
     /// Listings in progress, one per directory (see [`Namespace::list_dir`]).
     listings: SingleFlight<Ident, Result<Listed>>,
+    /// Fan-outs for the attributes of a listing's entries under way, per directory and
+    /// class (subdirectories or not), and listings of names waiting for them to be
+    /// persisted (see `entry_attrs`).
+    entry_stats: SingleFlight<(Ident, bool), ()>,
+    names_listed: DashMap<Ident, entry_attrs::NamesListed>,
     /// Caller threads whose last open was answered ESTALE (file replaced behind our back),
     /// and when (`now_ms`): their next lookups and open are the kernel's retry of that open.
     estale: DashMap<u32, u64>,
@@ -90,6 +98,8 @@ impl<S: Store> Namespace<S> {
             inodes: InodeTable::new(root, root_attr, 1 << 20),
             meta,
             listings: SingleFlight::new(Err(Errno::EIO)),
+            entry_stats: SingleFlight::new(()),
+            names_listed: DashMap::new(),
             estale: DashMap::new(),
             dirs: DashMap::new(),
             next_dir_fh: AtomicU64::new(1),
@@ -323,7 +333,8 @@ impl<S: Store> Namespace<S> {
     /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
     /// listing of a directory listed before is revalidated with one listing, for every name
     /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory),
-    /// when it holds the name asked for. A name it lacks is asked for alone: such lookups
+    /// when it holds the name asked for; a name listed for names first without fresh
+    /// attributes gets them with every other entry of its class (`entry_attrs`). A name it lacks is asked for alone: such lookups
     /// come from programs creating names (`tar -x`, a build, `cp -r` into the directory),
     /// and a relisting would not answer them but cost an `fstatat` per entry each time the
     /// listing expired, which over NFS made an untar into large directories quadratic.
@@ -348,6 +359,12 @@ impl<S: Store> Namespace<S> {
         if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id(), name) {
             self.list_dir(p)?;
             found = self.meta.lookup(p.id(), name);
+        }
+        // Listed for names first: its kind of entries' attributes, all at once.
+        if let NameLookup::Found(c) = found {
+            if self.names_first() && !self.meta.has_fresh_attr(c.id) {
+                self.stat_entries(p, c.kind == FileKind::Dir);
+            }
         }
         self.answer_from_listing(p, name, found).transpose()
     }
