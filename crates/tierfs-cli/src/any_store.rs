@@ -315,7 +315,10 @@ impl Store for AnyStore {
         on_node!(self, node, |s, n| s.readdir_plus(n))
     }
     fn names_list_cheaper(&self) -> bool {
-        !matches!(self, AnyStore::S3(_))
+        match self {
+            AnyStore::Posix(s) => s.names_list_cheaper(),
+            AnyStore::S3(s) => s.names_list_cheaper(),
+        }
     }
     fn stat_names(&self, node: &AnyNode, names: &[OsString]) -> Vec<Option<Attr>> {
         match (self, node) {

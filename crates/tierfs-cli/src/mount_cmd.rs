@@ -156,16 +156,13 @@ fn open_store(args: &MountArgs, s3_url: Option<&str>) -> Result<AnyStore> {
     let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
     store.set_stat_concurrency(args.config.store_stat_concurrency);
     let why = store.set_names_first(args.config.store_names_first);
-    tracing::info!(
-        "directory listings: {} ({why})",
-        if tierfs_store::Store::names_list_cheaper(&store) {
-            "names first, entries stat'ed when one is asked for"
-        } else {
-            "with every entry's attributes"
-        }
-    );
+    let _ = LISTINGS_WHY.set(why);
     Ok(AnyStore::Posix(store))
 }
+
+/// Why directories are listed as they are (`store.names_first`), decided when the store is
+/// opened, for the log once it is set up.
+static LISTINGS_WHY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 pub fn run(mut args: MountArgs) -> Result<()> {
     // Before any thread exists: one malloc arena, so that memory the RAM tier frees is
@@ -411,6 +408,16 @@ fn serve(
     // Everything that can fail is done before mounting (a failure after it would leave a dead
     // mount behind, e.g. a cache dir path too long for a unix socket) and reported through
     // `ready`, so the parent prints it as its one line.
+    if let Some(why) = LISTINGS_WHY.get() {
+        tracing::info!(
+            "directory listings: {} ({why})",
+            if tierfs_store::Store::names_list_cheaper(&store) {
+                "names first, entries stat'ed when one is asked for"
+            } else {
+                "with every entry's attributes"
+            }
+        );
+    }
     tracing::info!(
         "store identity: by {} ({})",
         match tierfs_store::Store::identity(&store) {
