@@ -269,6 +269,17 @@ impl MetaCache {
         }
     }
 
+    /// [`MetaCache::put_attr`] of attributes the store was asked for at `asked` and trusted
+    /// from `at` (a fan-out: from when all were in, so that one slower than `meta.ttl` is not
+    /// stale on arrival): refused if one of our own changes to the object came after
+    /// `asked` (a rename over it, a chmod), whatever `at` says.
+    pub fn put_attr_asked(&self, attr: &Attr, asked: Instant, at: Instant) {
+        if self.changed.get(&ident(attr)).is_some_and(|t| *t > asked) {
+            return;
+        }
+        self.put_attr(attr, at);
+    }
+
     /// Forgets `id`'s attributes: one of our own operations changed them just now.
     pub fn drop_attr(&self, id: Ident) {
         // Recorded first: an answer asked for before the change and put between the two

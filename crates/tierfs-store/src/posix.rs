@@ -393,6 +393,10 @@ impl PosixStore {
         let (yes, why) = match choice {
             crate::NamesFirst::On => (true, "store.names_first=on".to_string()),
             crate::NamesFirst::Off => (false, "store.names_first=off".to_string()),
+            // (Names first needs path identities: nothing to measure.)
+            crate::NamesFirst::Auto if self.identity == Identity::Inode => {
+                (false, "identities are inode numbers".to_string())
+            }
             crate::NamesFirst::Auto => self.probe_stats(),
         };
         self.names_first

@@ -39,7 +39,7 @@ pub(crate) struct Walks {
     dirs: parking_lot::Mutex<rustc_hash::FxHashMap<Ident, Walk>>,
     clock: std::sync::atomic::AtomicU64,
     /// Files loaded ahead whose inode the kernel did not know (a directory listed for names
-    /// first gives READDIRPLUS entries without attributes and without an inode here): a
+    /// first gives the kernel its names by plain READDIR, without an inode here): a
     /// lookup reference of ours keeps the inode, and its node, until the walk opens the file
     /// (the kernel has looked it up by then and holds its own), or until [`HOLD_MAX`] went
     /// by. Letting go at once cost the walk's open a store lookup for the node again.
@@ -152,16 +152,15 @@ impl<S: Store> Objects<S> {
                     (sib, true)
                 }
             };
-            let me = self.clone();
             let (ino, size) = (sib.ino, attr.size);
-            self.prefetch_pool.spawn(move || {
-                me.load_whole(ino, size);
-                let now = std::time::Instant::now();
-                // (Loaded twice: one reference is enough.)
-                if held && me.walks.held.lock().insert(ino, now).is_some() && me.ns.forget(ino, 1) {
-                    me.forgotten(ino);
-                }
-            });
+            // Held from before the load, so that the walk's open, which may come while it
+            // runs, lets it go. (Loaded twice: one reference is enough.)
+            let now = std::time::Instant::now();
+            if held && self.walks.held.lock().insert(ino, now).is_some() && self.ns.forget(ino, 1) {
+                self.forgotten(ino);
+            }
+            let me = self.clone();
+            self.prefetch_pool.spawn(move || me.load_whole(ino, size));
         }
     }
 

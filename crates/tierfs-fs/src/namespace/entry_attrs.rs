@@ -138,6 +138,7 @@ impl<S: Store> Namespace<S> {
         };
         let names: Vec<OsString> = wanted.iter().map(|(n, _)| n.clone()).collect();
         let own_before = crate::file_state::own_changes();
+        let asked = Instant::now();
         let attrs = self.sh.store.stat_names(&node, &names);
         // Trusted for `meta.ttl` from when they are all in, as a listing is (see
         // `list_dir_now`): a fan-out slower than `meta.ttl` would otherwise be stale on
@@ -155,7 +156,7 @@ impl<S: Store> Namespace<S> {
             if ident(&a) != c.id || a.kind != c.kind {
                 self.meta.correct_name(p.id(), &name, &a);
             }
-            self.meta.put_attr(&a, at);
+            self.meta.put_attr_asked(&a, asked, at);
         }
         self.persist_if_complete(p);
     }
