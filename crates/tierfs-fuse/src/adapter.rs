@@ -630,7 +630,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         // Listed for names first: the first page holds `.` and `..` only (a short page: the
         // kernel asks again from offset 2, with plain READDIR unless something looked a name
         // up in the directory meanwhile). Names cannot go out in READDIRPLUS without their
-        // real attributes (docs/architecture.md, "Why listings still stat every entry").
+        // real attributes (docs/architecture.md, "Listings for names first").
         if offset == 0 && fs.lists_names_first() {
             if let (Ok(mut entries), Some((dir_attr, _))) =
                 (fs.readdir(fh.0, 0), fs.getattr_fast(ino.0))
