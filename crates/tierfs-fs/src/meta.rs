@@ -220,13 +220,8 @@ impl MetaCache {
         (self.fresh(a.1) && !self.distrusts(&a.0)).then_some(*a)
     }
 
-    /// Whether attributes of `id` validated within `meta.ttl` are held, trusted or not (see
-    /// [`MetaCache::distrusts`]): asking the store again would tell nothing newer.
-    pub fn has_fresh_attr(&self, id: Ident) -> bool {
-        self.attrs.get(&id).is_some_and(|a| self.fresh(a.1))
-    }
-
-    /// Attributes validated within `meta.ttl`, trusted or not, and when.
+    /// Attributes validated within `meta.ttl`, trusted or not (see [`MetaCache::distrusts`]),
+    /// and when: while they are held, asking the store again would tell nothing newer.
     pub fn fresh_attr_untrusted(&self, id: Ident) -> Option<(Attr, Instant)> {
         let a = self.attrs.get(&id)?;
         self.fresh(a.1).then_some(*a)

@@ -16,7 +16,7 @@
 //! [`RECHECK_EVERY`] slow listings (a store's behaviour may change: a remount, a new server).
 
 use crate::Attr;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Entries of a listing stat'ed one by one before deciding whether the store is slow.
@@ -44,16 +44,14 @@ pub struct StatFanout {
     parallel_after: Duration,
     verdict: AtomicU8,
     slow_listings: AtomicU32,
-    /// What one stat took in the last listings' probes (one by one), in nanoseconds,
-    /// smoothed; 0 before the first.
-    stat_ns: AtomicU64,
 }
 
 /// `store.names_first`: whether a directory is listed for names and types first and its
 /// entries' attributes fetched when one is asked for (`Store::names_list_cheaper`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NamesFirst {
-    /// When a stat costs a round trip ([`StatFanout::slow_stats`]).
+    /// Decided at mount: when a stat just after a listing of the root costs a round trip
+    /// (`PosixStore::set_names_first`).
     #[default]
     Auto,
     On,
@@ -108,16 +106,6 @@ impl StatFanout {
             parallel_after,
             verdict: AtomicU8::new(UNKNOWN),
             slow_listings: AtomicU32::new(0),
-            stat_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Whether a stat costs this store a round trip (the last listings' probes took
-    /// `parallel_after` or more per entry); None before any was measured.
-    pub fn slow_stats(&self) -> Option<bool> {
-        match self.stat_ns.load(Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns) >= self.parallel_after),
         }
     }
 
@@ -144,18 +132,6 @@ impl StatFanout {
             out[i] = stat_one(i);
         }
         let serial_per = t.elapsed() / probe.max(1) as u32;
-        if probe > 0 {
-            // Smoothed over about four listings: one slow probe (a cold inode, a busy
-            // link) does not switch how the store is listed.
-            let sample = (serial_per.as_nanos() as u64).max(1);
-            let old = self.stat_ns.load(Relaxed);
-            let new = if old == 0 {
-                sample
-            } else {
-                (old * 3 + sample) / 4
-            };
-            self.stat_ns.store(new.max(1), Relaxed);
-        }
         let mut rest = &wanted[probe..];
         let threads = self.concurrency.load(Relaxed).min(rest.len().div_ceil(4));
         let slow = probe > 0 && serial_per >= self.parallel_after;
@@ -254,20 +230,6 @@ mod tests {
             .enumerate()
             .all(|(i, a)| a.map(|a| a.ino) == Some(i as u64 + 1)));
         how
-    }
-
-    /// `store.names_first=auto` follows the probes: unknown before the first, a round trip
-    /// after slow ones, not after fast ones again (smoothed).
-    #[test]
-    fn slow_stats_follow_the_probes() {
-        let f = StatFanout::new(4, Duration::from_micros(200));
-        assert_eq!(f.slow_stats(), None);
-        run(&f, Duration::from_micros(400), false, 8);
-        assert_eq!(f.slow_stats(), Some(true));
-        for _ in 0..8 {
-            run(&f, Duration::ZERO, false, 8);
-        }
-        assert_eq!(f.slow_stats(), Some(false));
     }
 
     #[test]

@@ -128,7 +128,9 @@ impl<S: Store> Namespace<S> {
         };
         let wanted: Vec<(OsString, Child)> = listing
             .into_iter()
-            .filter(|(_, c)| (c.kind == FileKind::Dir) == dirs && !self.meta.has_fresh_attr(c.id))
+            .filter(|(_, c)| {
+                (c.kind == FileKind::Dir) == dirs && self.meta.fresh_attr_untrusted(c.id).is_none()
+            })
             .collect();
         if wanted.is_empty() {
             return;

@@ -31,9 +31,8 @@ pub struct DirOpen {
     pub keep_cache: bool,
 }
 
-/// A name a directory handle lists: name, kind, kernel inode number and the store's
-/// identity (none for a name the store does not have yet, or with no metadata cache).
-pub(crate) type ListedName = (OsString, FileKind, u64, Option<crate::identity::Ident>);
+/// A name a directory handle lists: name, kind, kernel inode number.
+pub(crate) type ListedName = (OsString, FileKind, u64);
 
 pub(crate) struct DirHandle {
     entries: Vec<DirEntryOut>,
@@ -211,9 +210,9 @@ impl<S: Store> Namespace<S> {
             // A name in both is listed once (below); one a queued move left, not at all.
             let names: rustc_hash::FxHashSet<&OsString> =
                 prov.iter().map(|(n, _)| n).chain(hidden.iter()).collect();
-            listing.retain(|(n, ..)| !names.contains(n));
+            listing.retain(|(n, _, _)| !names.contains(n));
         }
-        listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino, None)));
+        listing.extend(prov.into_iter().map(|(n, c)| (n, c.kind, c.ino)));
         let fh = self.add_dir_handle(i.ino, listing);
         Ok(DirOpen {
             fh,
@@ -236,7 +235,7 @@ impl<S: Store> Namespace<S> {
                 .iter()
                 .map(|(name, c)| {
                     let ino = self.inodes.kernel_ino_of_ident(c.id);
-                    (name.clone(), c.kind, ino, Some(c.id))
+                    (name.clone(), c.kind, ino)
                 })
                 .collect(),
             None => self
@@ -246,7 +245,7 @@ impl<S: Store> Namespace<S> {
                 .into_iter()
                 .map(|e| {
                     let ino = self.inodes.kernel_ino_of_ident((e.dev, e.ino));
-                    (e.name, e.kind.unwrap_or(FileKind::File), ino, None)
+                    (e.name, e.kind.unwrap_or(FileKind::File), ino)
                 })
                 .collect(),
         };
@@ -285,7 +284,7 @@ impl<S: Store> Namespace<S> {
             l.into_iter()
                 .map(|(name, c)| {
                     let ino = self.inodes.kernel_ino_of_ident(c.id);
-                    (name, c.kind, ino, Some(c.id))
+                    (name, c.kind, ino)
                 })
                 .collect(),
         )
@@ -298,23 +297,20 @@ impl<S: Store> Namespace<S> {
             name: ".".into(),
             kind: FileKind::Dir,
             next_offset: 1,
-            id: None,
         });
         entries.push(DirEntryOut {
             ino,
             name: "..".into(),
             kind: FileKind::Dir,
             next_offset: 2,
-            id: None,
         });
-        for (name, kind, ino, id) in listing {
+        for (name, kind, ino) in listing {
             let next_offset = entries.len() as u64 + 1;
             entries.push(DirEntryOut {
                 ino,
                 name,
                 kind,
                 next_offset,
-                id,
             });
         }
         let fh = self.next_dir_fh.fetch_add(1, Relaxed);

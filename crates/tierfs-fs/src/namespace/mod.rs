@@ -57,8 +57,6 @@ pub struct DirEntryOut {
     pub kind: FileKind,
     /// Offset of the entry after this one.
     pub next_offset: u64,
-    /// The store's identity of it (none for `.`, `..`).
-    pub id: Option<Ident>,
 }
 
 pub(crate) struct Namespace<S: Store> {
@@ -362,7 +360,7 @@ impl<S: Store> Namespace<S> {
         }
         // Listed for names first: its kind of entries' attributes, all at once.
         if let NameLookup::Found(c) = found {
-            if self.names_first() && !self.meta.has_fresh_attr(c.id) {
+            if self.names_first() && self.meta.fresh_attr_untrusted(c.id).is_none() {
                 self.stat_entries(p, c.kind == FileKind::Dir);
             }
         }
