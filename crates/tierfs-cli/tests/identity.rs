@@ -428,3 +428,76 @@ fn a_hard_link_then_unlink_over_a_per_path_store_keeps_the_new_name_whole() {
     });
     m.unmount_and_wait();
 }
+
+/// A local filesystem hands the inode number of a file just unlinked to the next object it
+/// creates. tierfs identifies objects on it by inode number, and its unlink of a file nobody
+/// has open lets the file go at once (no node pinned), while the kernel may still hold the
+/// file's inode (here through an `O_PATH` descriptor, which sends no OPEN; elsewhere until
+/// its FORGET arrives). The newcomer must be an object of its own: a directory made there
+/// was answered as the old file and could not be listed (ENOTDIR; seen by the model test in
+/// CI), and a file made there shared the old one's kernel inode.
+#[test]
+fn an_inode_number_the_store_hands_out_again_is_another_object() {
+    use std::os::unix::fs::MetadataExt;
+    let m = BinMount::new(&[]);
+    let (backing, mnt) = (m.backing.clone(), m.mnt.clone());
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        std::fs::create_dir(backing.join("w")).unwrap();
+        // Made in the store, so tierfs learns them from a listing and holds no node.
+        for n in ["old-file", "old-file2"] {
+            std::fs::write(backing.join("w").join(n), b"old").unwrap();
+        }
+        let w = mnt.join("w");
+        assert_eq!(std::fs::read_dir(&w).unwrap().count(), 2);
+        let held = |name: &str| {
+            let c =
+                std::ffi::CString::new(w.join(name).into_os_string().into_encoded_bytes()).unwrap();
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH) };
+            assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+            (fd, st.st_ino)
+        };
+        let reused = |old: u64, new: &str| {
+            assert_eq!(
+                std::fs::symlink_metadata(backing.join("w").join(new))
+                    .unwrap()
+                    .ino(),
+                old,
+                "the backing filesystem did not hand the unlinked file's inode number to the \
+                 next object (this test needs one that does, such as ext4 or xfs)"
+            );
+        };
+
+        // A directory where a file was.
+        let (fd, kernel_ino) = held("old-file");
+        let store_ino = std::fs::metadata(backing.join("w/old-file")).unwrap().ino();
+        std::fs::remove_file(w.join("old-file")).unwrap();
+        std::fs::create_dir(w.join("dir")).unwrap();
+        reused(store_ino, "dir");
+        std::fs::write(w.join("dir/inside"), b"x").unwrap();
+        let names: Vec<_> = std::fs::read_dir(w.join("dir"))
+            .expect("list the new directory")
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["inside"]);
+        assert_ne!(std::fs::metadata(w.join("dir")).unwrap().ino(), kernel_ino);
+        unsafe { libc::close(fd) };
+
+        // A file where a file was: not the old file's kernel inode (nor its page cache).
+        let (fd, kernel_ino) = held("old-file2");
+        let store_ino = std::fs::metadata(backing.join("w/old-file2"))
+            .unwrap()
+            .ino();
+        std::fs::remove_file(w.join("old-file2")).unwrap();
+        std::fs::write(w.join("new-file"), b"new contents").unwrap();
+        reused(store_ino, "new-file");
+        assert_ne!(
+            std::fs::metadata(w.join("new-file")).unwrap().ino(),
+            kernel_ino,
+            "the new file was given the unlinked file's kernel inode"
+        );
+        assert_eq!(std::fs::read(w.join("new-file")).unwrap(), b"new contents");
+        unsafe { libc::close(fd) };
+    });
+}

@@ -81,6 +81,13 @@ impl<S: Store> Inode<S> {
         *self.origin.lock() = Some((parent, name.to_owned()));
     }
 
+    /// Neither a node nor a name to resolve one by: the object is gone from the store (its
+    /// unlink through tierfs did not pin it: see `Namespace::resolve_victim`), and what the
+    /// store shows under its identity from now on is another object. Not the root.
+    fn is_dead(&self) -> bool {
+        self.ino != crate::ROOT_INO && self.origin.lock().is_none() && self.node.lock().is_none()
+    }
+
     /// Lets go of the node unless it is pinned or there is no name to resolve it by.
     fn release_node(&self) {
         if !self.pinned.load(Relaxed) && self.origin.lock().is_some() {
@@ -327,6 +334,12 @@ impl<S: Store> InodeTable<S> {
         validated: Instant,
     ) -> Arc<Inode<S>> {
         let id = (attr.dev, attr.ino);
+        if let Some(old) = self
+            .by_ident(id)
+            .filter(|i| i.kind != attr.kind || i.is_dead())
+        {
+            self.retire(&old);
+        }
         let mut ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
         let mut node = node;
@@ -359,6 +372,24 @@ impl<S: Store> InodeTable<S> {
         }
         entry.lookups.fetch_add(1, Relaxed);
         entry.clone()
+    }
+
+    /// `old` is no longer the object its identity names: the store gave the identity to
+    /// another one. A local filesystem hands a freed inode number to the next object it
+    /// creates (an unlink that did not pin the file's node frees it at once, while the kernel
+    /// may not have sent its FORGET yet), and a path store's name may now hold an object of
+    /// another kind. Merged, the newcomer was answered as the old object: a directory made
+    /// where a file had just been unlinked could not be listed (ENOTDIR). `old` gets an
+    /// identity no store object has and can no longer be resolved; the newcomer gets an inode,
+    /// and a kernel inode number, of its own.
+    fn retire(&self, old: &Arc<Inode<S>>) {
+        let id = old.id();
+        let n = self.orphans.fetch_add(1, Relaxed);
+        let orphan = crate::identity::path_id(id, &orphan_name(n));
+        *old.node.lock() = None;
+        *old.origin.lock() = None;
+        // No node left to relabel.
+        self.move_ident(old, id, orphan, &|n, _| n.clone());
     }
 
     /// The kernel learns `inode` again (one more lookup), putting it back in the table if it
