@@ -266,30 +266,13 @@ impl PosixStore {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        let mut names: Vec<(CString, u64, Option<crate::FileKind>)> = Vec::new();
-        let result = loop {
-            // readdir signals errors only through errno.
-            unsafe { *libc::__errno_location() = 0 };
-            let ent = unsafe { libc::readdir64(dir) };
-            if ent.is_null() {
-                let e = unsafe { *libc::__errno_location() };
-                break if e != 0 { Err(Errno(e)) } else { Ok(()) };
+        let names = match read_names(dir, usize::MAX) {
+            Ok(n) => n,
+            Err(e) => {
+                unsafe { libc::closedir(dir) };
+                return Err(e);
             }
-            let ent = unsafe { &*ent };
-            let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) };
-            if name.to_bytes() == b"." || name.to_bytes() == b".." {
-                continue;
-            }
-            names.push((
-                name.to_owned(),
-                ent.d_ino,
-                crate::FileKind::from_dirent_type(ent.d_type),
-            ));
         };
-        if let Err(e) = result {
-            unsafe { libc::closedir(dir) };
-            return Err(e);
-        }
         // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
         // would mislead `find` and friends, so ask the inode itself.
         let wanted: Vec<usize> = (0..names.len())
@@ -406,14 +389,22 @@ impl PosixStore {
 
     fn probe_stats(&self) -> (bool, String) {
         let root = self.root.read().clone();
-        let Ok(listed) = self.list_dir(&root, false) else {
+        // The first few names only: a root of a million entries is not listed at mount.
+        let first = open_dir(&root).and_then(|fd| {
+            let dir = unsafe { libc::fdopendir(fd) };
+            if dir.is_null() {
+                let e = Errno::last();
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
+            let r = read_names(dir, crate::stat_fanout::PROBE_STATS);
+            unsafe { libc::closedir(dir) };
+            r
+        });
+        let Ok(first) = first else {
             return (false, "the root could not be listed".into());
         };
-        let names: Vec<CString> = listed
-            .iter()
-            .take(crate::stat_fanout::PROBE_STATS)
-            .filter_map(|(e, _)| component(&e.name).ok())
-            .collect();
+        let names: Vec<CString> = first.into_iter().map(|(n, _, _)| n).collect();
         if names.is_empty() {
             return (false, "nothing in the root to measure".into());
         }
@@ -438,6 +429,35 @@ impl PosixStore {
     pub fn identity_reason(&self) -> &str {
         &self.identity_why
     }
+}
+
+/// Up to `limit` entries of an open directory stream (not `.` and `..`): name, inode number
+/// and type where the filesystem says.
+fn read_names(
+    dir: *mut libc::DIR,
+    limit: usize,
+) -> Result<Vec<(CString, u64, Option<crate::FileKind>)>> {
+    let mut names = Vec::new();
+    while names.len() < limit {
+        // readdir signals errors only through errno.
+        unsafe { *libc::__errno_location() = 0 };
+        let ent = unsafe { libc::readdir64(dir) };
+        if ent.is_null() {
+            let e = unsafe { *libc::__errno_location() };
+            return if e != 0 { Err(Errno(e)) } else { Ok(names) };
+        }
+        let ent = unsafe { &*ent };
+        let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) };
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        names.push((
+            name.to_owned(),
+            ent.d_ino,
+            crate::FileKind::from_dirent_type(ent.d_type),
+        ));
+    }
+    Ok(names)
 }
 
 /// fstatfs of a descriptor (an `O_PATH` one works); only whether it answers matters here.

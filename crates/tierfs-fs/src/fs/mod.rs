@@ -132,10 +132,12 @@ impl<S: Store> Fs<S> {
     /// cache, the store) may predate the names that landed, and the shadow that stood for them
     /// is gone. Once the shadow is dropped the metadata cache has the attributes after them,
     /// so the next run answers from it. `fast`: None rather than running `op` again.
+    /// `discard` undoes what an answer not given took (a lookup's reference).
     fn shown_stable<T>(
         &self,
         op: impl Fn() -> Option<Result<T>>,
         attr: impl Fn(&mut T) -> (u64, &mut Attr),
+        discard: impl Fn(&T),
         fast: bool,
     ) -> Option<Result<T>> {
         let mut tries = 0;
@@ -153,13 +155,14 @@ impl<S: Store> Fs<S> {
                 return Some(Ok(r));
             }
             tries += 1;
-            if fast {
-                return None;
-            }
-            if tries >= 16 {
+            if !fast && tries >= 16 {
                 // Shadows keep being dropped (an untar's directories landing): the store is
                 // asked, after the last drop seen, and its answer is the truth.
                 return Some(Ok(r));
+            }
+            discard(&r);
+            if fast {
+                return None;
             }
         }
     }
@@ -193,6 +196,7 @@ impl<S: Store> Fs<S> {
         self.shown_stable(
             || Some(self.cached_if_gone(|| self.ns.lookup_by(parent, name, pid))),
             |e| (e.ino, &mut e.attr),
+            |e| self.forget(e.ino, 1),
             false,
         )
         .unwrap_or(Err(Errno::EIO))
@@ -214,6 +218,7 @@ impl<S: Store> Fs<S> {
         self.shown_stable(
             || self.ns.lookup_fast(parent, name, pid),
             |e| (e.ino, &mut e.attr),
+            |e| self.forget(e.ino, 1),
             true,
         )
     }
@@ -223,6 +228,7 @@ impl<S: Store> Fs<S> {
         self.shown_stable(
             || self.ns.getattr_fast(ino).map(Ok),
             |r| (ino, &mut r.0),
+            |_| {},
             true,
         )?
         .ok()
@@ -243,6 +249,7 @@ impl<S: Store> Fs<S> {
         self.shown_stable(
             || Some(self.cached_if_gone(|| self.ns.getattr_aged(ino))),
             |r| (ino, &mut r.0),
+            |_| {},
             false,
         )
         .unwrap_or(Err(Errno::EIO))
