@@ -442,62 +442,60 @@ fn an_inode_number_the_store_hands_out_again_is_another_object() {
     let m = BinMount::new(&[]);
     let (backing, mnt) = (m.backing.clone(), m.mnt.clone());
     with_timeout(LIMIT, vec![mnt.clone()], move || {
-        std::fs::create_dir(backing.join("w")).unwrap();
-        // Made in the store, so tierfs learns them from a listing and holds no node.
-        for n in ["old-file", "old-file2"] {
-            std::fs::write(backing.join("w").join(n), b"old").unwrap();
-        }
-        let w = mnt.join("w");
-        assert_eq!(std::fs::read_dir(&w).unwrap().count(), 2);
-        let held = |name: &str| {
-            let c =
-                std::ffi::CString::new(w.join(name).into_os_string().into_encoded_bytes()).unwrap();
+        // One try: a file made in the store (so tierfs learns it from a listing and holds no
+        // node), held by the kernel, unlinked through the mount, then `make` makes the
+        // newcomer. None if the filesystem gave the newcomer another number (other tests
+        // create files on it too); else the descriptor on the old file and its inode numbers
+        // in the kernel and in the store.
+        let attempt = |t: String, make: &dyn Fn(&Path)| {
+            let (w, bw) = (mnt.join(&t), backing.join(&t));
+            std::fs::create_dir(&bw).unwrap();
+            std::fs::write(bw.join("old"), b"old").unwrap();
+            assert_eq!(std::fs::read_dir(&w).unwrap().count(), 1);
+            let c = std::ffi::CString::new(w.join("old").into_os_string().into_encoded_bytes())
+                .unwrap();
             let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH) };
             assert!(fd >= 0, "{}", std::io::Error::last_os_error());
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
             assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-            (fd, st.st_ino)
+            let store_ino = std::fs::metadata(bw.join("old")).unwrap().ino();
+            std::fs::remove_file(w.join("old")).unwrap();
+            make(&w.join("new"));
+            let reused = std::fs::symlink_metadata(bw.join("new")).unwrap().ino() == store_ino;
+            if !reused {
+                unsafe { libc::close(fd) };
+            }
+            reused.then_some((fd, st.st_ino, w))
         };
-        let reused = |old: u64, new: &str| {
-            assert_eq!(
-                std::fs::symlink_metadata(backing.join("w").join(new))
-                    .unwrap()
-                    .ino(),
-                old,
-                "the backing filesystem did not hand the unlinked file's inode number to the \
-                 next object (this test needs one that does, such as ext4 or xfs)"
-            );
+        let until_reused = |what: &str, make: &dyn Fn(&Path)| {
+            (0..200)
+                .find_map(|t| attempt(format!("{what}{t}"), make))
+                .expect(
+                    "the backing filesystem never handed an unlinked file's inode number to \
+                     the next object (this test needs one that does, such as ext4 or xfs)",
+                )
         };
 
         // A directory where a file was.
-        let (fd, kernel_ino) = held("old-file");
-        let store_ino = std::fs::metadata(backing.join("w/old-file")).unwrap().ino();
-        std::fs::remove_file(w.join("old-file")).unwrap();
-        std::fs::create_dir(w.join("dir")).unwrap();
-        reused(store_ino, "dir");
-        std::fs::write(w.join("dir/inside"), b"x").unwrap();
-        let names: Vec<_> = std::fs::read_dir(w.join("dir"))
+        let (fd, kernel_ino, w) = until_reused("dir", &|p| std::fs::create_dir(p).unwrap());
+        std::fs::write(w.join("new/inside"), b"x").unwrap();
+        let names: Vec<_> = std::fs::read_dir(w.join("new"))
             .expect("list the new directory")
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["inside"]);
-        assert_ne!(std::fs::metadata(w.join("dir")).unwrap().ino(), kernel_ino);
+        assert_ne!(std::fs::metadata(w.join("new")).unwrap().ino(), kernel_ino);
         unsafe { libc::close(fd) };
 
         // A file where a file was: not the old file's kernel inode (nor its page cache).
-        let (fd, kernel_ino) = held("old-file2");
-        let store_ino = std::fs::metadata(backing.join("w/old-file2"))
-            .unwrap()
-            .ino();
-        std::fs::remove_file(w.join("old-file2")).unwrap();
-        std::fs::write(w.join("new-file"), b"new contents").unwrap();
-        reused(store_ino, "new-file");
+        let (fd, kernel_ino, w) =
+            until_reused("file", &|p| std::fs::write(p, b"new contents").unwrap());
         assert_ne!(
-            std::fs::metadata(w.join("new-file")).unwrap().ino(),
+            std::fs::metadata(w.join("new")).unwrap().ino(),
             kernel_ino,
             "the new file was given the unlinked file's kernel inode"
         );
-        assert_eq!(std::fs::read(w.join("new-file")).unwrap(), b"new contents");
+        assert_eq!(std::fs::read(w.join("new")).unwrap(), b"new contents");
         unsafe { libc::close(fd) };
     });
 }
