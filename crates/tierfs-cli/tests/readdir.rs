@@ -188,6 +188,26 @@ fn a_walk_by_name_stats_subdirectories_only() {
          two for each of the {subdirs} directories expected, none for the files)"
     );
 
+    // Again once the listings and the directories' attributes expired (meta.ttl is 1 s):
+    // each directory's first READDIRPLUS page is still the short one, the directory's own
+    // attributes fetched for it (else the page that follows would stat every entry).
+    std::thread::sleep(Duration::from_millis(1_200));
+    drop_caches();
+    let s0 = m.stats();
+    let found = output_of(
+        &m.mnt,
+        "find",
+        vec![mtree.clone().into(), "-name".into(), "f7.txt".into()],
+    );
+    assert_eq!(found.lines().count(), DIRS, "{found}");
+    let s1 = m.stats();
+    let lookups = n(&s1, "backing.lookup") - n(&s0, "backing.lookup");
+    assert!(
+        lookups <= 2 * subdirs + 2,
+        "find -name again after meta.ttl: {lookups} store lookups (at most two for each of \
+         the {subdirs} directories expected, none for the files)"
+    );
+
     // du needs every entry's attributes: one fan-out per directory's files.
     let du = |root: &std::path::Path| {
         let args = vec!["-s".into(), "-b".into(), root.as_os_str().to_owned()];

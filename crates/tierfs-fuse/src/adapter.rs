@@ -632,11 +632,20 @@ impl<S: Store> Filesystem for Adapter<S> {
         // up in the directory meanwhile). Names cannot go out in READDIRPLUS without their
         // real attributes (docs/architecture.md, "Listings for names first").
         if offset == 0 && fs.lists_names_first() {
-            if let (Ok(mut entries), Some((dir_attr, _))) =
-                (fs.readdir(fh.0, 0), fs.getattr_fast(ino.0))
-            {
+            if let Ok(mut entries) = fs.readdir(fh.0, 0) {
                 entries.truncate(2);
-                let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                if let Some((dir_attr, _)) = fs.getattr_fast(ino.0) {
+                    let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                    return;
+                }
+                // The directory's own attributes from the store, on a worker: the short
+                // page still, or the page below would look up (and so stat) every entry.
+                self.spawn(move |fs, _, _| match fs.getattr(ino.0) {
+                    Ok(dir_attr) => {
+                        let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                    }
+                    Err(e) => reply.error(errno(e)),
+                });
                 return;
             }
         }
