@@ -404,6 +404,11 @@ impl PosixStore {
         let Ok(first) = first else {
             return (false, "the root could not be listed".into());
         };
+        // A listing without entry types (old XFS, some NFS servers) costs a stat per entry
+        // for the type alone: listed with the attributes, each entry is stat'ed once.
+        if first.iter().any(|(_, _, kind)| kind.is_none()) {
+            return (false, "the store's listings give no entry types".into());
+        }
         let names: Vec<CString> = first.into_iter().map(|(n, _, _)| n).collect();
         if names.is_empty() {
             return (false, "nothing in the root to measure".into());
