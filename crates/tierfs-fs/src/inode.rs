@@ -19,6 +19,12 @@ use tierfs_store::{Attr, FileKind, Store};
 
 const SYNTHETIC_BASE: u64 = 1 << 60;
 
+/// Where an inode is resolved from: its parent directory and a name in it.
+pub(crate) type Origin<S> = (Arc<Inode<S>>, OsString);
+
+/// An inode and the name taken from it (see [`Inode::take_name_if_unpinned`]).
+pub(crate) type TakenName<S> = (Arc<Inode<S>>, Origin<S>);
+
 pub struct Inode<S: Store> {
     pub ino: u64,
     /// Backing identity; changes only when a rename through tierfs gives an object identified
@@ -85,7 +91,54 @@ impl<S: Store> Inode<S> {
     /// unlink through tierfs did not pin it: see `Namespace::resolve_victim`), and what the
     /// store shows under its identity from now on is another object. Not the root.
     fn is_dead(&self) -> bool {
-        self.ino != crate::ROOT_INO && self.origin.lock().is_none() && self.node.lock().is_none()
+        // (One lock at a time: `take_name_if_unpinned` takes them in the other order.)
+        let nameless = self.origin.lock().is_none();
+        self.ino != crate::ROOT_INO && nameless && self.node.lock().is_none()
+    }
+
+    /// Whether an object of kind `kind` that the store now shows under this inode's identity
+    /// `id` is another object. A local filesystem hands a freed inode number to the next
+    /// object it creates at once, while the kernel may hold the old inode until its FORGET
+    /// arrives: so it is when this one is dead. Another kind is another object too, but for
+    /// an inode number held by a node of ours (an open descriptor on the object, so the
+    /// number cannot have been handed out again: the attributes are what is stale); with
+    /// path identities a name replaced behind our back by an object of another kind.
+    fn replaced_by(&self, id: Ident, kind: FileKind) -> bool {
+        self.is_dead()
+            || (self.kind != kind
+                && (crate::identity::is_path_id(id) || self.node.lock().is_none()))
+    }
+
+    /// Takes away the name this inode is known by before an unlink or a rename over it that
+    /// does not pin its node (see `Namespace::resolve_victim`): once the store has done it,
+    /// the store may hand the identity to the next object it creates, which must find this
+    /// inode dead (see [`Inode::replaced_by`]) and not merge with it. The name, if it was
+    /// `parent`/`name` and no node is held, or None. [`Inode::give_name_back`] if the store
+    /// refused.
+    pub(crate) fn take_name_if_unpinned(
+        &self,
+        parent: u64,
+        name: &std::ffi::OsStr,
+    ) -> Option<Origin<S>> {
+        if self.node.lock().is_some() {
+            return None;
+        }
+        let mut o = self.origin.lock();
+        if !o
+            .as_ref()
+            .is_some_and(|(p, n)| p.ino == parent && n == name)
+        {
+            return None;
+        }
+        o.take()
+    }
+
+    /// Undoes [`Inode::take_name_if_unpinned`] (unless another name was given meanwhile).
+    pub(crate) fn give_name_back(&self, taken: Origin<S>) {
+        let mut o = self.origin.lock();
+        if o.is_none() {
+            *o = Some(taken);
+        }
     }
 
     /// Lets go of the node unless it is pinned or there is no name to resolve it by.
@@ -334,11 +387,8 @@ impl<S: Store> InodeTable<S> {
         validated: Instant,
     ) -> Arc<Inode<S>> {
         let id = (attr.dev, attr.ino);
-        if let Some(old) = self
-            .by_ident(id)
-            .filter(|i| i.kind != attr.kind || i.is_dead())
-        {
-            self.retire(&old);
+        if let Some(old) = self.by_ident(id).filter(|i| i.replaced_by(id, attr.kind)) {
+            self.retire(&old, id);
         }
         let mut ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
@@ -374,22 +424,33 @@ impl<S: Store> InodeTable<S> {
         entry.clone()
     }
 
-    /// `old` is no longer the object its identity names: the store gave the identity to
-    /// another one. A local filesystem hands a freed inode number to the next object it
-    /// creates (an unlink that did not pin the file's node frees it at once, while the kernel
-    /// may not have sent its FORGET yet), and a path store's name may now hold an object of
-    /// another kind. Merged, the newcomer was answered as the old object: a directory made
-    /// where a file had just been unlinked could not be listed (ENOTDIR). `old` gets an
-    /// identity no store object has and can no longer be resolved; the newcomer gets an inode,
-    /// and a kernel inode number, of its own.
-    fn retire(&self, old: &Arc<Inode<S>>) {
-        let id = old.id();
+    /// `old` is no longer the object its identity `id` names: the store gave the identity to
+    /// another one (see [`Inode::replaced_by`]). Merged, the newcomer was answered as the old
+    /// object: a directory made where a file had just been unlinked could not be listed
+    /// (ENOTDIR). `old` gets an identity no store object has and no name to be resolved by
+    /// (a node it holds stays: a process may be in that directory, or have the file open);
+    /// the newcomer gets an inode, and a kernel inode number, of its own. Once: a second
+    /// thread that found `old` under `id` too leaves it to the first.
+    fn retire(&self, old: &Arc<Inode<S>>, id: Ident) {
         let n = self.orphans.fetch_add(1, Relaxed);
         let orphan = crate::identity::path_id(id, &orphan_name(n));
-        *old.node.lock() = None;
+        {
+            let mut cur = old.id.lock();
+            if *cur != id {
+                return;
+            }
+            *cur = orphan;
+        }
         *old.origin.lock() = None;
-        // No node left to relabel.
-        self.move_ident(old, id, orphan, &|n, _| n.clone());
+        self.assigned.remove_if(&id, |_, v| *v == old.ino);
+        if Self::preferred(orphan) != old.ino {
+            self.assigned.insert(orphan, old.ino);
+        }
+        if let Some(st) = &old.file {
+            self.files.remove_if(&id, |_, f| Arc::ptr_eq(f, st));
+            st.set_id(orphan);
+            self.files.insert(orphan, st.clone());
+        }
     }
 
     /// The kernel learns `inode` again (one more lookup), putting it back in the table if it

@@ -4,7 +4,7 @@
 
 use super::{Entry, Namespace, Requester};
 use crate::identity::{is_path_id, Ident};
-use crate::inode::Inode;
+use crate::inode::{Inode, TakenName};
 use crate::meta::{ident, NameLookup};
 use crate::shared::{Node, St};
 use std::ffi::OsStr;
@@ -105,7 +105,11 @@ impl<S: Store> Namespace<S> {
         let p = self.inode(parent)?;
         let pnode = self.node(&p)?;
         let victim = self.resolve_victim(&p, name, true);
+        let taken = victim.and_then(|id| self.take_unpinned_name(id, &p, name));
         let r = self.sh.store.unlink(&pnode, name);
+        if let (Err(_), Some((i, t))) = (&r, taken) {
+            i.give_name_back(t);
+        }
         self.after_name_change(&p, name, &r);
         if let Some(id) = victim {
             self.meta.drop_attr(id);
@@ -132,6 +136,21 @@ impl<S: Store> Namespace<S> {
         {
             *o = None;
         }
+    }
+
+    /// Before the store takes `parent/name` from object `id` (unlink, rename over it): if its
+    /// inode holds no node, the name goes first (`Inode::take_name_if_unpinned`): the
+    /// identity is free on the store the moment it is done. The inode and its name, to give
+    /// back if the store refused.
+    pub(crate) fn take_unpinned_name(
+        &self,
+        id: Ident,
+        parent: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+    ) -> Option<TakenName<St<S>>> {
+        let i = self.inodes.by_ident(id)?;
+        let t = i.take_name_if_unpinned(parent.ino, name)?;
+        Some((i, t))
     }
 
     /// With path identities, an object whose name went away (unlink, rmdir) is no longer

@@ -28,7 +28,13 @@ impl<S: Store> Namespace<S> {
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         let moved = self.resolve_victim(&p, name, false);
         let victim = self.resolve_victim(&np, newname, !exchange);
+        let taken = victim
+            .filter(|_| !exchange)
+            .and_then(|id| self.take_unpinned_name(id, &np, newname));
         let r = self.sh.store.rename(&pnode, name, &npnode, newname, flags);
+        if let (Err(_), Some((i, t))) = (&r, taken) {
+            i.give_name_back(t);
+        }
         for id in [moved, victim].into_iter().flatten() {
             self.meta.drop_attr(id);
             if self
