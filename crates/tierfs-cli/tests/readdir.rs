@@ -172,15 +172,18 @@ fn a_walk_by_name_stats_subdirectories_only() {
     let subdirs = (2 * DIRS + 1) as u64; // tree, d*, d*/sub
     let mtree = m.mnt.join("tree");
 
-    let s0 = m.stats();
-    let found = output_of(
-        &m.mnt,
-        "find",
-        vec![mtree.clone().into(), "-name".into(), "f7.txt".into()],
-    );
-    assert_eq!(found.lines().count(), DIRS, "{found}");
-    let s1 = m.stats();
-    let lookups = n(&s1, "backing.lookup") - n(&s0, "backing.lookup");
+    // `find -name`: the store lookups it cost.
+    let find_name = || {
+        let s0 = m.stats();
+        let found = output_of(
+            &m.mnt,
+            "find",
+            vec![mtree.clone().into(), "-name".into(), "f7.txt".into()],
+        );
+        assert_eq!(found.lines().count(), DIRS, "{found}");
+        n(&m.stats(), "backing.lookup") - n(&s0, "backing.lookup")
+    };
+    let lookups = find_name();
     // Each subdirectory: its attributes, and its node when it is listed (an open by name).
     assert!(
         lookups <= 2 * subdirs + 2,
@@ -193,15 +196,7 @@ fn a_walk_by_name_stats_subdirectories_only() {
     // attributes fetched for it (else the page that follows would stat every entry).
     std::thread::sleep(Duration::from_millis(1_200));
     drop_caches();
-    let s0 = m.stats();
-    let found = output_of(
-        &m.mnt,
-        "find",
-        vec![mtree.clone().into(), "-name".into(), "f7.txt".into()],
-    );
-    assert_eq!(found.lines().count(), DIRS, "{found}");
-    let s1 = m.stats();
-    let lookups = n(&s1, "backing.lookup") - n(&s0, "backing.lookup");
+    let lookups = find_name();
     assert!(
         lookups <= 2 * subdirs + 2,
         "find -name again after meta.ttl: {lookups} store lookups (at most two for each of \
@@ -209,6 +204,7 @@ fn a_walk_by_name_stats_subdirectories_only() {
     );
 
     // du needs every entry's attributes: one fan-out per directory's files.
+    let s1 = m.stats();
     let du = |root: &std::path::Path| {
         let args = vec!["-s".into(), "-b".into(), root.as_os_str().to_owned()];
         output_of(&m.mnt, "du", args)

@@ -442,15 +442,7 @@ impl<S: Store> InodeTable<S> {
             *cur = orphan;
         }
         *old.origin.lock() = None;
-        self.assigned.remove_if(&id, |_, v| *v == old.ino);
-        if Self::preferred(orphan) != old.ino {
-            self.assigned.insert(orphan, old.ino);
-        }
-        if let Some(st) = &old.file {
-            self.files.remove_if(&id, |_, f| Arc::ptr_eq(f, st));
-            st.set_id(orphan);
-            self.files.insert(orphan, st.clone());
-        }
+        self.rehome(old, id, orphan);
     }
 
     /// The kernel learns `inode` again (one more lookup), putting it back in the table if it
@@ -542,6 +534,12 @@ impl<S: Store> InodeTable<S> {
         if let Some(n) = inode.node() {
             inode.set_node(relabel(&n, new));
         }
+        self.rehome(inode, old, new);
+    }
+
+    /// The tables follow `inode`, whose identity went from `old` to `new`: its kernel inode
+    /// number and its file state are found under `new`.
+    fn rehome(&self, inode: &Arc<Inode<S>>, old: Ident, new: Ident) {
         self.assigned.remove_if(&old, |_, v| *v == inode.ino);
         if Self::preferred(new) != inode.ino {
             self.assigned.insert(new, inode.ino);
