@@ -254,11 +254,11 @@ fn open_dir(node: &PosixNode) -> Result<RawFd> {
     })
 }
 
-impl PosixStore {
-    /// Lists a directory; with `stat`, also stats every entry through the open directory
-    /// (fstatat on its fd: no path walk per entry), many at a time when the store is slow to
-    /// answer one (see [`PosixStore::stat_entries`]).
-    fn list_dir(&self, node: &PosixNode, stat: bool) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+/// A directory stream of a node, closed when dropped.
+struct DirStream(*mut libc::DIR);
+
+impl DirStream {
+    fn open(node: &PosixNode) -> Result<DirStream> {
         let fd = open_dir(node)?;
         let dir = unsafe { libc::fdopendir(fd) };
         if dir.is_null() {
@@ -266,20 +266,34 @@ impl PosixStore {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        let names = match read_names(dir, usize::MAX) {
-            Ok(n) => n,
-            Err(e) => {
-                unsafe { libc::closedir(dir) };
-                return Err(e);
-            }
-        };
+        Ok(DirStream(dir))
+    }
+
+    fn fd(&self) -> RawFd {
+        unsafe { libc::dirfd(self.0) }
+    }
+}
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        unsafe { libc::closedir(self.0) };
+    }
+}
+
+impl PosixStore {
+    /// Lists a directory; with `stat`, also stats every entry through the open directory
+    /// (fstatat on its fd: no path walk per entry), many at a time when the store is slow to
+    /// answer one (see [`PosixStore::stat_entries`]).
+    fn list_dir(&self, node: &PosixNode, stat: bool) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let dir = DirStream::open(node)?;
+        let names = read_names(&dir, usize::MAX)?;
         // Some filesystems (old XFS, some NFS servers) leave d_type unknown; a wrong type
         // would mislead `find` and friends, so ask the inode itself.
         let wanted: Vec<usize> = (0..names.len())
             .filter(|&i| stat || names[i].2.is_none())
             .collect();
-        let attrs = self.stat_entries(unsafe { libc::dirfd(dir) }, &names, &wanted);
-        unsafe { libc::closedir(dir) };
+        let attrs = self.stat_entries(dir.fd(), &names, &wanted);
+        drop(dir);
         Ok(names
             .into_iter()
             .zip(attrs)
@@ -390,17 +404,8 @@ impl PosixStore {
     fn probe_stats(&self) -> (bool, String) {
         let root = self.root.read().clone();
         // The first few names only: a root of a million entries is not listed at mount.
-        let first = open_dir(&root).and_then(|fd| {
-            let dir = unsafe { libc::fdopendir(fd) };
-            if dir.is_null() {
-                let e = Errno::last();
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-            let r = read_names(dir, crate::stat_fanout::PROBE_STATS);
-            unsafe { libc::closedir(dir) };
-            r
-        });
+        let first = DirStream::open(&root)
+            .and_then(|dir| read_names(&dir, crate::stat_fanout::PROBE_STATS));
         let Ok(first) = first else {
             return (false, "the root could not be listed".into());
         };
@@ -439,14 +444,14 @@ impl PosixStore {
 /// Up to `limit` entries of an open directory stream (not `.` and `..`): name, inode number
 /// and type where the filesystem says.
 fn read_names(
-    dir: *mut libc::DIR,
+    dir: &DirStream,
     limit: usize,
 ) -> Result<Vec<(CString, u64, Option<crate::FileKind>)>> {
     let mut names = Vec::new();
     while names.len() < limit {
         // readdir signals errors only through errno.
         unsafe { *libc::__errno_location() = 0 };
-        let ent = unsafe { libc::readdir64(dir) };
+        let ent = unsafe { libc::readdir64(dir.0) };
         if ent.is_null() {
             let e = unsafe { *libc::__errno_location() };
             return if e != 0 { Err(Errno(e)) } else { Ok(names) };
