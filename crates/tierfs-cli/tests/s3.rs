@@ -234,8 +234,21 @@ fn two_mounts_share_a_bucket_and_two_writers_never_lose_data() {
             BinMount::unmounted_in(&std::env::temp_dir()),
             BinMount::unmounted_in(&std::env::temp_dir()),
         );
-        mount_with(&a, &server, opts);
-        mount_with(&b, &server, opts);
+        // The S3 store's staging and upload lines in the daemons' logs (shown if the test
+        // fails): this test once failed under the whole suite with both fsyncs succeeding,
+        // and never since (see `S3Store::stage`, `Ctx::upload`).
+        let debug = [("TIERFS_LOG", "info,tierfs_s3=debug")];
+        for m in [&a, &b] {
+            let endpoint = format!("s3.endpoint={}", server.endpoint);
+            let mut all = vec![endpoint.as_str()];
+            all.extend_from_slice(opts);
+            let env = [
+                ("AWS_ACCESS_KEY_ID", ACCESS),
+                ("AWS_SECRET_ACCESS_KEY", SECRET),
+                debug[0],
+            ];
+            m.mount_source(OsStr::new("s3://data/pre"), &all, &env);
+        }
         let (ma, mb) = (a.mnt.clone(), b.mnt.clone());
         let bucket_file = server.dir.path().join("data/pre/shared");
         let (lost_b, conflicts) = with_timeout(LIMIT, vec![ma.clone(), mb.clone()], move || {
@@ -252,10 +265,26 @@ fn two_mounts_share_a_bucket_and_two_writers_never_lose_data() {
             fa.sync_all().unwrap();
             let e = match fb.sync_all() {
                 Err(e) => e,
-                Ok(()) => panic!(
-                    "{opts:?}: both fsyncs succeeded; the bucket starts with {:?}",
-                    String::from_utf8_lossy(&std::fs::read(&bucket_file).unwrap()[..120])
-                ),
+                Ok(()) => {
+                    let now = std::fs::read(&bucket_file).unwrap();
+                    let log = |m: &Path| {
+                        let p = m.parent().unwrap().join("cache/tierfs.log");
+                        std::fs::read_to_string(p)
+                            .unwrap_or_default()
+                            .lines()
+                            .filter(|l| l.contains("S3 "))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    };
+                    panic!(
+                        "{opts:?}: both fsyncs succeeded; the bucket has {:?} at 0 and {:?} \
+                         at 100\n--- A's S3 lines:\n{}\n--- B's S3 lines:\n{}",
+                        String::from_utf8_lossy(&now[..6]),
+                        String::from_utf8_lossy(&now[100..106]),
+                        log(&ma),
+                        log(&mb),
+                    )
+                }
             };
             assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{opts:?}");
             drop((fa, fb));

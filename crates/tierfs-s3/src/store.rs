@@ -183,6 +183,7 @@ impl S3Store {
     fn stage(&self, rel: &Arc<str>, expect: Option<Fingerprint>) -> Result<Arc<Staging>> {
         let live = self.staging_of(rel);
         if let Some(s) = live.as_ref().filter(|s| s.dirty()) {
+            tracing::debug!("S3 staging of {rel} written to already: writes join it");
             return Ok(s.clone());
         }
         let mark = live.as_ref().map(|s| s.mark());
@@ -191,6 +192,7 @@ impl S3Store {
         // long after: it is the base of new writes only while the bucket still holds its
         // version, else they would be made on an old object and refused at upload.
         if let Some(s) = live.as_ref().filter(|s| s.based_on(etag.as_deref())) {
+            tracing::debug!("S3 staging of {rel} still the bucket's version {etag:?}: kept");
             return Ok(s.clone());
         }
         let base = match (expect, etag) {
@@ -727,7 +729,10 @@ impl Store for S3Store {
     fn fsync(&self, h: &S3Handle, _: bool) -> Result<()> {
         match &h.staging {
             Some(s) => self.upload(s),
-            None => Ok(()),
+            None => {
+                tracing::debug!("S3 fsync of {}: a read handle, nothing staged", h.rel);
+                Ok(())
+            }
         }
     }
 

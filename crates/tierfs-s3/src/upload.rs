@@ -29,6 +29,12 @@ impl Ctx {
         let (base, size, changes) = {
             let g = s.st.lock();
             if !g.dirty || g.unlinked {
+                tracing::debug!(
+                    "S3 upload of {} skipped: dirty {}, unlinked {}",
+                    s.rel,
+                    g.dirty,
+                    g.unlinked
+                );
                 return Ok(());
             }
             (g.base.clone(), g.size, g.changes)
