@@ -1187,6 +1187,63 @@ fn chown_and_truncation_drop_setuid_and_setgid_as_a_local_filesystem_does() {
     }
 }
 
+/// A chown to the owner and group a file already has (tar as root does one per file) is not
+/// sent to the store when the store gave the attributes less than a second ago: the store's
+/// ctime does not move. Any other chown reaches the store: to another owner, of a setuid
+/// file (the chown clears the bit), and after the store changed the owner behind our back
+/// more than a second before, even with an hour of `meta.ttl`.
+#[test]
+fn a_chown_to_the_owner_a_file_has_is_not_sent_to_the_store() {
+    let m = BinMount::new(&["meta.ttl=1h"]);
+    for name in ["same", "other", "suid", "behind"] {
+        std::fs::write(m.backing.join(name), b"x").unwrap();
+    }
+    std::fs::set_permissions(m.backing.join("suid"), PermissionsExt::from_mode(0o4755)).unwrap();
+    let (mnt, back) = (m.mnt.clone(), m.backing.clone());
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let meta = |p: &Path| std::fs::metadata(p).unwrap();
+        let ctime = |p: &Path| (meta(p).ctime(), meta(p).ctime_nsec());
+        let elided = || n(&stats_of(&mnt), "unchanged_chowns");
+        let chown = |name: &str, id: u32| {
+            std::os::unix::fs::chown(mnt.join(name), Some(id), Some(id)).unwrap()
+        };
+        let (me, before) = (meta(&back.join("same")).uid(), ctime(&back.join("same")));
+        // Times set through the mount: the attributes come back from the store just now.
+        let now = std::time::SystemTime::now();
+        File::options()
+            .write(true)
+            .open(mnt.join("same"))
+            .unwrap()
+            .set_modified(now)
+            .unwrap();
+        let set = ctime(&back.join("same"));
+        assert_ne!(set, before, "the times reached the store");
+        chown("same", me);
+        assert_eq!(elided(), 1);
+        assert_eq!(
+            ctime(&back.join("same")),
+            set,
+            "a chown that changes nothing"
+        );
+        // Another owner: on the store.
+        chown("other", 65534);
+        assert_eq!(meta(&back.join("other")).uid(), 65534);
+        // A setuid file: the store clears the bit.
+        let _ = meta(&mnt.join("suid"));
+        chown("suid", me);
+        assert_eq!(meta(&back.join("suid")).mode() & 0o7777, 0o755);
+        assert_eq!(meta(&mnt.join("suid")).mode() & 0o7777, 0o755);
+        // Changed on the store behind our back: the attributes of an hour's meta.ttl are
+        // older than a second, so the chown back reaches the store.
+        let _ = meta(&mnt.join("behind"));
+        std::os::unix::fs::chown(back.join("behind"), Some(65534), Some(65534)).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        chown("behind", me);
+        assert_eq!(meta(&back.join("behind")).uid(), me);
+        assert_eq!(elided(), 1, "only the first chown was not sent");
+    });
+}
+
 /// A name longer than NAME_MAX (255 bytes; the kernel lets FUSE names up to 1,024 through)
 /// is ENAMETOOLONG, as the store says, even where a cached listing could answer ENOENT
 /// (`meta.cto=off`; pjdfstest chmod, chown, truncate, link, rmdir, unlink: issue 13 item 14).

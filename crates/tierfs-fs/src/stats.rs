@@ -42,6 +42,9 @@ pub struct FsStats {
     /// Read-only opens checked by the store's fresh attributes, the backing file opened only
     /// if a read misses the caches (`Store::revalidate`).
     pub checked_opens: AtomicU64,
+    /// chown(2)s to the owner and group the object already had, not sent to the store
+    /// (`Objects::chown_changes_nothing`).
+    pub unchanged_chowns: AtomicU64,
     /// Files loaded ahead of a directory walk (`data/siblings.rs`).
     pub prefetched_files: AtomicU64,
     /// Opens the kernel asked us for (none after the first with FUSE no-open).
@@ -169,6 +172,8 @@ pub struct StatsSnapshot {
     pub meta_entry_stats: u64,
     pub lazy_opens: u64,
     pub checked_opens: u64,
+    #[serde(default)]
+    pub unchanged_chowns: u64,
     pub prefetched_files: u64,
     pub opens: u64,
     pub implicit_files: u64,

@@ -212,6 +212,7 @@ impl<S: Store> Fs<S> {
             meta_entry_stats: FsStats::get(&s.meta_entry_stats),
             lazy_opens: FsStats::get(&s.lazy_opens),
             checked_opens: FsStats::get(&s.checked_opens),
+            unchanged_chowns: FsStats::get(&s.unchanged_chowns),
             prefetched_files: FsStats::get(&s.prefetched_files),
             opens: FsStats::get(&s.opens),
             implicit_files: FsStats::get(&s.implicit_files),
