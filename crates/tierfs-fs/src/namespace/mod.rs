@@ -81,6 +81,9 @@ pub(crate) struct Namespace<S: Store> {
     /// Our changes so far, and the last one to each directory's listing (see `persisted`).
     listing_changes: AtomicU64,
     listing_stamps: DashMap<Ident, persisted::Stamp>,
+    /// The directory of the last unlink that had to look its victim up on the store, and
+    /// what that led to (see `names::PinLookups`).
+    pin_lookups: parking_lot::Mutex<names::PinLookups>,
 }
 
 impl<S: Store> Namespace<S> {
@@ -106,6 +109,7 @@ impl<S: Store> Namespace<S> {
             prov: Provisional::new(),
             listing_changes: AtomicU64::new(0),
             listing_stamps: DashMap::new(),
+            pin_lookups: parking_lot::Mutex::new(names::PinLookups::default()),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());

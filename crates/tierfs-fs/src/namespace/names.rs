@@ -2,7 +2,7 @@
 //! metadata cache learns each change at once (no relisting), and with path identities an
 //! object whose name went away gets an identity of its own.
 
-use super::{Entry, Namespace, Requester};
+use super::{is_provisional, Entry, Namespace, Requester};
 use crate::identity::{is_path_id, Ident};
 use crate::inode::{Inode, TakenName};
 use crate::meta::{ident, NameLookup};
@@ -196,6 +196,9 @@ impl<S: Store> Namespace<S> {
         };
         if let Some((id, i)) = known {
             if pin && self.may_outlive_its_name(&i) {
+                if i.node().is_none() {
+                    self.list_for_pins(p);
+                }
                 if let Ok(n) = self.node(&i) {
                     i.pin_node(n);
                 }
@@ -214,6 +217,55 @@ impl<S: Store> Namespace<S> {
             }
         }
         Some(ident(&attr))
+    }
+
+    /// Before an unlink looks its victim up on the store to pin its node (see
+    /// [`Namespace::resolve_victim`]): lists directory `p` on the store, if its cached
+    /// listing has [`PIN_LIST_MIN`] names or more, once there were a [`PIN_LIST_RATIO`]th as
+    /// many such lookups in it (the first, in all but large directories), and again after
+    /// as many more, at most once per [`PIN_RELIST`].
+    ///
+    /// Why: `rm -rf` of a tree whose listings tierfs serves from its cache (`meta.ttl=1h`)
+    /// under FUSE no-open pins every file it removes, one store lookup each. A network
+    /// store's client answers lookups from what its own last listing of the directory said
+    /// (sshfs keeps it 20 s), and nothing listed it: each lookup was a round trip, where
+    /// `rm` on the store alone lists the directory once and finds every name in its
+    /// client's cache. Over sshfs (4.4 ms round trip) the bench's `rm -rf` of 2,505 files
+    /// took 28.5 s through tierfs against 17.4 s. One listing costs what the store alone's
+    /// `rm` spends on it, and also refreshes the metadata cache's.
+    fn list_for_pins(&self, p: &Arc<Inode<St<S>>>) {
+        if is_provisional(p.id()) {
+            return;
+        }
+        let due = {
+            let mut g = self.pin_lookups.lock();
+            if g.dir != Some(p.id()) {
+                // (Not listed in the cache: `rm` had the store list it, which told its client
+                // every name.)
+                let names = self.meta.listing(p.id()).map_or(0, |l| l.len());
+                *g = PinLookups {
+                    dir: Some(p.id()),
+                    names,
+                    ..PinLookups::default()
+                };
+            }
+            g.lookups += 1;
+            // A listing costs a few round trips (sshfs: open, read to the end, close): worth
+            // it where more names than that are to be looked up, and in a large directory
+            // once that many lookups have been made (`rm` of a few names of a directory of a
+            // million does not list it).
+            let due = g.names >= PIN_LIST_MIN
+                && g.lookups * PIN_LIST_RATIO >= g.names
+                && g.listed.is_none_or(|t| t.elapsed() >= PIN_RELIST);
+            if due {
+                g.listed = Some(Instant::now());
+                g.lookups = 0;
+            }
+            due
+        };
+        if due {
+            let _ = self.list_dir(p);
+        }
     }
 
     /// Whether object `i` may still be used once the name it is known by is gone, and so
@@ -246,4 +298,26 @@ impl<S: Store> Namespace<S> {
             Err(_) => self.meta.drop_listing(p.id()),
         }
     }
+}
+
+/// How often [`Namespace::list_for_pins`] lists one directory again while unlinks in it go
+/// on: sshfs's client keeps what a listing told it for 20 s.
+const PIN_RELIST: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Names in a directory from which [`Namespace::list_for_pins`] lists it rather than look
+/// them up one by one.
+const PIN_LIST_MIN: usize = 4;
+
+/// Lookups per name of a directory after which [`Namespace::list_for_pins`] lists it: one in
+/// this many.
+const PIN_LIST_RATIO: usize = 64;
+
+/// See [`Namespace::list_for_pins`]: the directory, its names in the cached listing, the
+/// lookups in it since it was last listed for them, and when that was.
+#[derive(Default)]
+pub(crate) struct PinLookups {
+    dir: Option<Ident>,
+    names: usize,
+    lookups: usize,
+    listed: Option<Instant>,
 }
