@@ -197,30 +197,24 @@ impl<S: Store> Writeback<S> {
                 // `ALLOCATE_MAX`; not for the large runs of a streaming writer, whose copy,
                 // under this lock, held up that writer's next write (its data is in the
                 // kernel's page cache anyway).
+                // No fstat per run, as in write-through (`FileState::wrote`): over sshfs each
+                // was a round trip per 4 MiB written (sshfs drops its attributes at every
+                // write), and a 512 MiB write-back job ran at 0.85x the store's own. The
+                // fingerprint stays provisional until the group's end settles it.
                 let _w = st.rw.write();
                 let v = st.version();
-                let after = self.sh.fstat_as(&st, &h).ok();
-                let end = run.offset + len;
-                match &after {
-                    Some(a) if a.size == v.fp.size.max(end) => {
-                        let (mut at, mut size) = (run.offset, v.fp.size);
-                        for p in &run.pieces {
-                            let grown = size.max(at + p.len() as u64);
-                            if len <= ALLOCATE_MAX {
-                                self.data.patch_blocks(v.gen, size, at, p, grown);
-                            } else {
-                                self.data.patch_cached_blocks(v.gen, size, at, p, grown);
-                            }
-                            at += p.len() as u64;
-                            size = grown;
-                        }
-                        st.set_after_own_write(v.gen, a);
+                let (mut at, mut size) = (run.offset, v.fp.size);
+                for p in &run.pieces {
+                    let grown = size.max(at + p.len() as u64);
+                    if len <= ALLOCATE_MAX {
+                        self.data.patch_blocks(v.gen, size, at, p, grown);
+                    } else {
+                        self.data.patch_cached_blocks(v.gen, size, at, p, grown);
                     }
-                    _ => st.invalidate(after.as_ref()),
+                    at += p.len() as u64;
+                    size = grown;
                 }
-                if let Some(a) = &after {
-                    self.ns.meta.put_attr(a, Instant::now());
-                }
+                st.wrote(v.gen, size);
                 self.account_flushed(&st, &run);
                 st.flush_gen.fetch_add(1, AcqRel);
             }
@@ -263,7 +257,15 @@ impl<S: Store> Writeback<S> {
             if let Ok(a) = self.sh.store.setattr(&node, Some(&h), &set) {
                 self.ns.meta.put_attr(&a, Instant::now());
                 // Times only, set by us: the cached blocks stay.
-                st.set_after_own_write(st.version().gen, &a);
+                self.settle_flushed(&st, &a);
+            }
+        }
+        if st.unverified() {
+            // The runs' provisional fingerprint, settled (no mtime to set, or it failed).
+            let _w = st.rw.write();
+            if let Ok(a) = self.sh.fstat_as(&st, &h) {
+                self.ns.meta.put_attr(&a, Instant::now());
+                self.settle_flushed(&st, &a);
             }
         }
         let mut conflict = None;
@@ -326,6 +328,18 @@ impl<S: Store> Writeback<S> {
         }
         self.settle_clean(i);
         Ok(true)
+    }
+
+    /// Attributes the store gave, under the file's lock, after this group's writes: they
+    /// settle the provisional fingerprint the runs left if they show the size the runs
+    /// explain, else someone else changed the file meanwhile and its cached blocks go
+    /// (`FileState::settle_own_writes`); without runs, our own time change.
+    fn settle_flushed(&self, st: &crate::file_state::FileState, a: &tierfs_store::Attr) {
+        if !st.unverified() {
+            st.set_after_own_write(st.version().gen, a);
+        } else if let crate::file_state::Observed::Changed = st.settle_own_writes(a) {
+            crate::stats::FsStats::add(&self.sh.stats.version_changes, 1);
+        }
     }
 
     /// Flushes all of one file now (fsync, close with `writeback.close=flush`, before a
