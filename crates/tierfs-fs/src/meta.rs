@@ -349,6 +349,20 @@ impl MetaCache {
             .is_some_and(|l| l.names.contains_key(name))
     }
 
+    /// A fresh listing's number of names, and how long ago the store gave it (`Duration::MAX`
+    /// for one restored from the SSD tier: the store was not asked).
+    pub fn listing_size_age(&self, dir: Ident) -> Option<(usize, std::time::Duration)> {
+        let l = self.dirs.get(&dir)?;
+        if !self.fresh(l.validated) {
+            return None;
+        }
+        let age = match l.restored {
+            true => std::time::Duration::MAX,
+            false => l.validated.elapsed(),
+        };
+        Some((l.names.len(), age))
+    }
+
     /// A fresh listing's names, in no particular order.
     pub fn listing(&self, dir: Ident) -> Option<Vec<(OsString, Child)>> {
         let l = self.dirs.get(&dir)?;
