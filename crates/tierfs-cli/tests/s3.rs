@@ -25,17 +25,20 @@ fn mount(m: &BinMount, server: &S3Server) {
 }
 
 fn mount_with(m: &BinMount, server: &S3Server, opts: &[&str]) {
+    mount_with_env(m, server, opts, &[]);
+}
+
+/// [`mount_with`], the daemon given `env` too.
+fn mount_with_env(m: &BinMount, server: &S3Server, opts: &[&str], env: &[(&str, &str)]) {
     let endpoint = format!("s3.endpoint={}", server.endpoint);
     let mut all = vec![endpoint.as_str()];
     all.extend_from_slice(opts);
-    m.mount_source(
-        OsStr::new("s3://data/pre"),
-        &all,
-        &[
-            ("AWS_ACCESS_KEY_ID", ACCESS),
-            ("AWS_SECRET_ACCESS_KEY", SECRET),
-        ],
-    );
+    let mut env_all = vec![
+        ("AWS_ACCESS_KEY_ID", ACCESS),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ];
+    env_all.extend_from_slice(env);
+    m.mount_source(OsStr::new("s3://data/pre"), &all, &env_all);
 }
 
 /// Puts an object as the server's POSIX backend keeps it: the file under DIR/BUCKET and its
@@ -238,17 +241,8 @@ fn two_mounts_share_a_bucket_and_two_writers_never_lose_data() {
         // fails): this test once failed under the whole suite with both fsyncs succeeding,
         // and never since (see `S3Store::stage`, `Ctx::upload`).
         let debug = [("TIERFS_LOG", "info,tierfs_s3=debug")];
-        for m in [&a, &b] {
-            let endpoint = format!("s3.endpoint={}", server.endpoint);
-            let mut all = vec![endpoint.as_str()];
-            all.extend_from_slice(opts);
-            let env = [
-                ("AWS_ACCESS_KEY_ID", ACCESS),
-                ("AWS_SECRET_ACCESS_KEY", SECRET),
-                debug[0],
-            ];
-            m.mount_source(OsStr::new("s3://data/pre"), &all, &env);
-        }
+        mount_with_env(&a, &server, opts, &debug);
+        mount_with_env(&b, &server, opts, &debug);
         let (ma, mb) = (a.mnt.clone(), b.mnt.clone());
         let bucket_file = server.dir.path().join("data/pre/shared");
         let (lost_b, conflicts) = with_timeout(LIMIT, vec![ma.clone(), mb.clone()], move || {

@@ -84,6 +84,14 @@ impl<S: Store> Shared<S> {
         }
     }
 
+    /// [`FileState::settle_own_writes`] of attributes fetched under the file's lock, a
+    /// version change counted.
+    pub(crate) fn settle_own_writes(&self, state: &FileState, attr: &Attr) {
+        if let Observed::Changed = state.settle_own_writes(attr) {
+            FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
     /// Attributes of an open file, under the identity its state has now (a handle keeps the
     /// one it was opened under, which a rename may have changed since).
     pub(crate) fn fstat_as(&self, st: &FileState, h: &Handle<S>) -> Result<Attr> {

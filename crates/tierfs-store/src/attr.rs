@@ -1,5 +1,8 @@
 use std::ffi::OsString;
 
+/// The set-user-ID and set-group-ID bits of a mode.
+pub const SUID_SGID: u32 = libc::S_ISUID | libc::S_ISGID;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {
     File,

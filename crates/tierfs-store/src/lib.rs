@@ -13,7 +13,9 @@ mod posix;
 mod stat_fanout;
 mod store_id;
 
-pub use attr::{Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate};
+pub use attr::{
+    Attr, DirEntry, FileKind, Fingerprint, SetAttr, StatFs, TimeSpec, TimeUpdate, SUID_SGID,
+};
 /// The buffer type of [`Store::read_bytes`].
 pub use bytes::Bytes;
 pub use errno::{Errno, Result};

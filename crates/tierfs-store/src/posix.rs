@@ -217,7 +217,7 @@ fn chown_node(parent: &PosixNode, node: &PosixNode, owner: Owner) -> Result<()> 
             return Ok(());
         }
         fchown_node(node, uid, gid)?;
-        if before.kind != crate::FileKind::Symlink && before.perm & 0o6000 != 0 {
+        if before.kind != crate::FileKind::Symlink && before.perm as u32 & crate::SUID_SGID != 0 {
             cvt(unsafe { libc::chmod(node.proc_path().as_ptr(), before.perm as libc::mode_t) })?;
         }
     }

@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_store::{Attr, Errno, Result, SetAttr, Store};
+use tierfs_store::{Attr, Errno, Result, SetAttr, Store, SUID_SGID};
 
 #[derive(Clone, Copy, Debug)]
 pub struct OpenReply {
@@ -401,6 +401,6 @@ impl<S: Store> Objects<S> {
         let (a, at) = self.ns.meta.attr(i.id())?;
         let same = set.uid.is_none_or(|u| u == a.uid) && set.gid.is_none_or(|g| g == a.gid);
         let fresh = at.elapsed() < std::time::Duration::from_secs(1);
-        (same && fresh && a.perm & 0o6000 == 0).then_some(a)
+        (same && fresh && a.perm as u32 & SUID_SGID == 0).then_some(a)
     }
 }

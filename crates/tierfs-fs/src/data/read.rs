@@ -3,7 +3,6 @@
 //! blocks of a version that changed mid-fetch are never cached or returned.
 
 use super::{FetchError, Objects, OpenFile};
-use crate::file_state::Observed;
 use crate::meta_codec::version_of;
 use crate::served::Admit;
 use crate::stats::FsStats;
@@ -271,9 +270,7 @@ impl<S: Store> Objects<S> {
         let h = self.handle(of)?;
         let _r = of.state.rw.read();
         let attr = self.sh.fstat_as(&of.state, h)?;
-        if let Observed::Changed = of.state.settle_own_writes(&attr) {
-            FsStats::add(&self.sh.stats.version_changes, 1);
-        }
+        self.sh.settle_own_writes(&of.state, &attr);
         Ok(())
     }
 

@@ -3,7 +3,6 @@
 //! or none of it.
 
 use super::{Objects, OpenFile};
-use crate::file_state::Observed;
 use crate::stats::FsStats;
 use bytes::Bytes;
 use tierfs_cache::BlockKey;
@@ -20,9 +19,7 @@ impl<S: Store> Objects<S> {
         // includes every earlier write of ours: see `FileState::settle_own_writes`).
         if of.state.expired(self.ns.meta.check_ttl()) {
             let before = self.sh.fstat_as(&of.state, handle)?;
-            if let Observed::Changed = of.state.settle_own_writes(&before) {
-                FsStats::add(&self.sh.stats.version_changes, 1);
-            }
+            self.sh.settle_own_writes(&of.state, &before);
         }
         let v = of.state.version();
         // Until `wrote` below (see `FileState::own_change`).

@@ -337,8 +337,8 @@ impl<S: Store> Writeback<S> {
     fn settle_flushed(&self, st: &crate::file_state::FileState, a: &tierfs_store::Attr) {
         if !st.unverified() {
             st.set_after_own_write(st.version().gen, a);
-        } else if let crate::file_state::Observed::Changed = st.settle_own_writes(a) {
-            crate::stats::FsStats::add(&self.sh.stats.version_changes, 1);
+        } else {
+            self.sh.settle_own_writes(st, a);
         }
     }
 

@@ -28,9 +28,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::Record;
-use tierfs_store::{Attr, FileKind, SetAttr, Store, TimeSpec, TimeUpdate};
-
-const SUID_SGID: u32 = 0o6000;
+use tierfs_store::{Attr, FileKind, SetAttr, Store, TimeSpec, TimeUpdate, SUID_SGID};
 
 /// The fields deferred setattrs of one object set, shown over its attributes until they are
 /// on the store (and, applied once, what a deferred setattr of a new object changes in it:

@@ -16,7 +16,7 @@
 
 use crate::identity::Ident;
 use rustc_hash::FxHashMap;
-use tierfs_store::{FileKind, SetAttr};
+use tierfs_store::{FileKind, SetAttr, SUID_SGID};
 
 /// A job of the group as folding sees it.
 pub(crate) enum FoldIn {
@@ -48,8 +48,6 @@ pub(crate) enum FoldOut {
     SetAttr(Option<SetAttr>),
     Skip,
 }
-
-const SUID_SGID: u32 = libc::S_ISUID | libc::S_ISGID;
 
 struct Open {
     kind: FileKind,
