@@ -133,7 +133,8 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
             s += &format!(
                 "  namespace {} operations deferred, {} pending (oldest {:.1} s), {} groups \
                  applied (median {} ms, p99 {} ms), {} waits for them ({:.1} s), {} unlinked \
-                 before the store had them, {} unlinks of the store's deferred\n",
+                 before the store had them, {} unlinks of the store's deferred, {} links \
+                 deferred\n",
                 HumanCount(n(v, "writeback.namespace.deferred")),
                 HumanCount(n(v, "writeback.namespace.pending")),
                 n(v, "writeback.namespace.oldest_ms") as f64 / 1000.0,
@@ -144,6 +145,7 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
                 n(v, "writeback.namespace.wait_ms") as f64 / 1000.0,
                 HumanCount(n(v, "writeback.namespace.dropped")),
                 HumanCount(n(v, "writeback.namespace.removed")),
+                HumanCount(n(v, "writeback.namespace.linked")),
             );
         }
         let refused = n(v, "writeback.namespace.conflicts");

@@ -3,8 +3,8 @@
 //! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
 //! write-back on, the default): a writer thread works through the mount like an untar with
 //! second thoughts (mkdir, create + write + chmod + utimens, appends, renames within and across
-//! directories, unlinks, chmods, symlinks, fsync of files and of directories, each fsync
-//! recorded), the
+//! directories, unlinks, chmods, symlinks, git's loose objects (a temporary name linked to the
+//! final one, then unlinked), fsync of files and of directories, each fsync recorded), the
 //! daemon is `kill -9`ed at a random moment, the mount comes back (replay), and:
 //!
 //! - the tree is one the application could have seen: its names (directories and files)
@@ -24,7 +24,7 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -174,6 +174,26 @@ fn read_tree(root: &Path) -> Tree {
     t
 }
 
+/// What happened to object `id`'s names in the round (for a failure's message).
+fn history(m: &Model, id: u64) -> Vec<String> {
+    let mut n = m.start.clone();
+    let mut out = vec![format!(
+        "start names: {:?}",
+        n.iter().filter(|(_, i)| **i == id).collect::<Vec<_>>()
+    )];
+    for (k, op) in m.ops.iter().enumerate() {
+        let touches = match op {
+            NsOp::Add(_, i) => *i == id,
+            NsOp::Remove(x) | NsOp::Move(x, _) => n.get(x) == Some(&id),
+        };
+        if touches {
+            out.push(format!("{k}:{op:?}"));
+        }
+        apply(&mut n, op);
+    }
+    out
+}
+
 /// Checks `got` against the model (see the module comment); Ok(the prefix it matched).
 fn check(m: &Model, got: &Tree) -> Result<usize, String> {
     let names: BTreeSet<&String> = got.keys().collect();
@@ -207,18 +227,27 @@ fn check(m: &Model, got: &Tree) -> Result<usize, String> {
                 (Some((data, mode)), false) => {
                     if let Some(s) = &o.synced {
                         if data != s {
+                            let hist = history(m, *id);
+                            let other: Vec<u64> = m
+                                .objs
+                                .iter()
+                                .filter(|(_, x)| x.data == *data || x.synced.as_ref() == Some(data))
+                                .map(|(i, _)| *i)
+                                .collect();
                             return Err(format!(
-                                "{p}: {} bytes, not the {} bytes an fsync made durable (first difference at {:?})",
+                                "{p}: {} bytes, not the {} bytes an fsync made durable (first difference at {:?}); id {id} barrier {} k {k} hist {hist:?} same data as {other:?}",
                                 data.len(),
                                 s.len(),
-                                data.iter().zip(s).position(|(a, b)| a != b)
+                                data.iter().zip(s).position(|(a, b)| a != b),
+                                m.barrier
                             ));
                         }
                     }
                     if !o.mode_loose && *mode != o.mode {
+                        let hist = history(m, *id);
                         return Err(format!(
-                            "{p}: mode {mode:o}, set {:o} before an fsync",
-                            o.mode
+                            "{p}: mode {mode:o}, set {:o} before an fsync; id {id} barrier {} k {k} ops {hist:?}",
+                            o.mode, m.barrier
                         ));
                     }
                 }
@@ -359,6 +388,45 @@ fn writer(
             m.lock().unwrap().push(NsOp::Remove(f.clone()));
             return ctx("unlink", std::fs::remove_file(root.join(&f)));
         }
+        if (44..50).contains(&choice) {
+            // git's loose object: a temporary name written, linked to its final name in the
+            // same directory, the temporary name unlinked (most of the time).
+            let d = &dirs[r.below(dirs.len())];
+            let data = seeded_bytes(r.next(), r.below(8 << 10));
+            let (tmp, fin) = (
+                join(d, &format!("t{}", new_name(r))),
+                join(d, &format!("o{}", new_name(r))),
+            );
+            let unlink_tmp = r.below(4) != 0;
+            let mut g = m.lock().unwrap();
+            let id = g.add(Obj {
+                dir: false,
+                data: data.clone(),
+                mode: 0o444,
+                synced: None,
+                mode_loose: true,
+                link: None,
+            });
+            g.push(NsOp::Add(tmp.clone(), id));
+            drop(g);
+            let mut f = ctx(
+                "create",
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(root.join(&tmp)),
+            )?;
+            ctx("write", f.write_all(&data))?;
+            drop(f);
+            m.lock().unwrap().push(NsOp::Add(fin.clone(), id));
+            ctx("link", std::fs::hard_link(root.join(&tmp), root.join(&fin)))?;
+            if unlink_tmp {
+                m.lock().unwrap().push(NsOp::Remove(tmp.clone()));
+                ctx("unlink", std::fs::remove_file(root.join(&tmp)))?;
+            }
+            return Ok(());
+        }
         if choice < 50 || files.is_empty() {
             // create + write + chmod (+ fsync): an untarred file.
             let d = &dirs[r.below(dirs.len())];
@@ -497,7 +565,17 @@ fn namespace_writeback_survives_kill9() {
         for round in 0..ROUNDS {
             // The model starts from what BACKING holds now.
             let mut model = Model::default();
+            // Names of one file (git's objects kept under both names): one object.
+            let mut by_inode: BTreeMap<u64, u64> = BTreeMap::new();
             for (p, v) in &carried {
+                let md = std::fs::symlink_metadata(m.backing.join(sub).join(p)).unwrap();
+                if v.is_some() && md.is_file() && md.nlink() > 1 {
+                    if let Some(id) = by_inode.get(&md.ino()) {
+                        model.start.insert(p.clone(), *id);
+                        model.cur.insert(p.clone(), *id);
+                        continue;
+                    }
+                }
                 let (dir, data, mode) = match v {
                     None => (true, Vec::new(), 0o755),
                     Some((d, md)) => (false, d.clone(), *md),
@@ -517,6 +595,9 @@ fn namespace_writeback_survives_kill9() {
                 });
                 model.start.insert(p.clone(), id);
                 model.cur.insert(p.clone(), id);
+                if md.is_file() && md.nlink() > 1 {
+                    by_inode.insert(md.ino(), id);
+                }
             }
             let shared = Arc::new(Mutex::new(model));
             m.mount(&opts);

@@ -236,12 +236,16 @@ pub struct NsStats {
     pub waits: u64,
     #[serde(default)]
     pub wait_ms: u64,
-    /// Files and symlinks unlinked before the store had them: never sent to it.
+    /// Files and symlinks unlinked before the store had them, and second names a deferred
+    /// link left unlinked so: never sent to it.
     #[serde(default)]
     pub dropped: u64,
     /// Unlinks of files and symlinks of the store acknowledged before the store had them.
     #[serde(default)]
     pub removed: u64,
+    /// Hard links of new files acknowledged before the store had them.
+    #[serde(default)]
+    pub linked: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -133,7 +133,33 @@ impl<S: Store> Fs<S> {
             .map(|(_, e)| e))
     }
 
-    /// An unlink write-back takes without the store: of an object it made and has not sent
+    /// A link write-back takes without the store: of a file it made and has not sent yet,
+    /// in its directory (`Writeback::link_deferred`). None: done on the store.
+    pub(super) fn link_deferred(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> Result<Option<Entry>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        let i = self.ns.inode(ino)?;
+        let newp = self.ns.inode(newparent)?;
+        let Some(attr) = wb.link_deferred(&i, &newp, newname)? else {
+            return Ok(None);
+        };
+        // The kernel learns the inode once more, under the new name.
+        if !self.ns.inodes.readmit(&i) {
+            return Err(Errno::EIO);
+        }
+        Ok(Some(Entry {
+            ino: i.ino,
+            attr: self.ns.with_ino(&i, attr),
+            age: std::time::Duration::ZERO,
+        }))
+    }
+
+    /// An unlink write-back takes without the store: of the second name a deferred link
+    /// left (`Writeback::unalias_deferred`), of an object it made and has not sent
     /// yet (`Writeback::unlink_deferred`), or of one of the store, removed there later
     /// (`Writeback::remove_deferred`).
     pub(super) fn unlink_deferred(&self, parent: u64, name: &OsStr) -> bool {
@@ -142,7 +168,8 @@ impl<S: Store> Fs<S> {
             return false;
         };
         let no_open = self.config().no_open();
-        wb.unlink_deferred(&p, name, no_open)
+        wb.unalias_deferred(&p, name)
+            .or_else(|| wb.unlink_deferred(&p, name, no_open))
             .or_else(|| wb.remove_deferred(&p, name, no_open, false))
             .is_some()
     }

@@ -63,6 +63,11 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        if let Some(e) = self.link_deferred(ino, newparent, newname)? {
+            self.names_changed(ino);
+            self.names_changed(newparent);
+            return Ok(self.shown_entry(e));
+        }
         self.drain_ns()?;
         self.settle_file(ino)?;
         let r = self.ns.link(ino, newparent, newname);

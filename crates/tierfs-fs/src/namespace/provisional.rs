@@ -15,6 +15,9 @@
 //! listing, a rename) waits in [`Provisional::wait`] until the namespace flusher has made it
 //! ([`Provisional::materialized`]): the inode then has the store's identity and node.
 //!
+//! A regular file may have a second name in its directory, its *alias*, left by a deferred
+//! link (`writeback::ns_link`) until the store has it or the application unlinks it.
+//!
 //! Each provisional object has one `Inode` (kept here): the kernel may forget it and look it
 //! up again, and the namespace flusher must give the store's identity to the very inode the
 //! kernel and the write-back path hold.
@@ -27,7 +30,7 @@ use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use tierfs_store::{Attr, Errno, Result, Store};
+use tierfs_store::{Attr, Errno, Result, Store, TimeSpec};
 
 /// The device part of a provisional identity: `(PROV_DEV, seq of its CREATE record)`. Not a
 /// path identity (top bit clear) and not an inode identity (`0`): no store object has it.
@@ -47,6 +50,9 @@ struct Obj<T: Store> {
     children: Vec<OsString>,
     /// A symlink's target (readlink answers it here).
     target: Option<OsString>,
+    /// A file's second name in the same directory, left by a deferred link (`link`): the
+    /// store gets it after the object, which its create makes under `name`.
+    alias: Option<OsString>,
 }
 
 struct Inner<T: Store> {
@@ -138,6 +144,7 @@ impl<T: Store> Provisional<T> {
                 name: name.to_owned(),
                 children: Vec::new(),
                 target: target.map(OsStr::to_owned),
+                alias: None,
             },
         );
         self.recount(&g);
@@ -234,6 +241,50 @@ impl<T: Store> Provisional<T> {
         }
     }
 
+    /// Provisional file `id` gets the second name `new_name` in its directory (a deferred
+    /// link, `writeback::ns_link`): its create will make `new_name`, and the name it had
+    /// stays as its alias, linked on the store after it. Its attributes then (None: not
+    /// provisional, or it has an alias already).
+    pub fn link(&self, id: Ident, new_name: &OsStr, now: TimeSpec) -> Option<Attr> {
+        let mut g = self.inner.lock();
+        let o = g.objs.get_mut(&id)?;
+        if o.alias.is_some() {
+            return None;
+        }
+        let old = std::mem::replace(&mut o.name, new_name.to_owned());
+        o.alias = Some(old);
+        o.attr.nlink += 1;
+        o.attr.ctime = now;
+        let (parent, attr) = (o.parent, o.attr);
+        g.names.insert((parent, new_name.to_owned()), id);
+        if let Some(p) = g.objs.get_mut(&parent) {
+            p.children.push(new_name.to_owned());
+        }
+        Some(attr)
+    }
+
+    /// The alias of provisional file `id` (see [`Provisional::link`]), if it has one.
+    pub fn alias(&self, id: Ident) -> Option<OsString> {
+        if !is_provisional(id) {
+            return None;
+        }
+        self.inner.lock().objs.get(&id)?.alias.clone()
+    }
+
+    /// The alias of provisional file `id` is unlinked before the store had it.
+    pub fn unalias(&self, id: Ident, now: TimeSpec) {
+        let mut g = self.inner.lock();
+        let Some(o) = g.objs.get_mut(&id) else { return };
+        let Some(alias) = o.alias.take() else { return };
+        o.attr.nlink = o.attr.nlink.saturating_sub(1).max(1);
+        o.attr.ctime = now;
+        let parent = o.parent;
+        g.names.remove(&(parent, alias.clone()));
+        if let Some(p) = g.objs.get_mut(&parent) {
+            p.children.retain(|c| *c != alias);
+        }
+    }
+
     /// Whether provisional directory `id` has no names in it (None: not provisional).
     pub fn is_empty_dir(&self, id: Ident) -> Option<bool> {
         self.inner
@@ -303,6 +354,9 @@ impl<T: Store> Provisional<T> {
         let mut g = self.inner.lock();
         if let Some(o) = g.objs.remove(&old) {
             g.names.remove(&(o.parent, o.name.clone()));
+            if let Some(a) = o.alias {
+                g.names.remove(&(o.parent, a));
+            }
             for c in o.children {
                 if let Some(cid) = g.names.remove(&(old, c.clone())) {
                     if let Some(co) = g.objs.get_mut(&cid) {
@@ -335,8 +389,12 @@ impl<T: Store> Provisional<T> {
         let mut g = self.inner.lock();
         if let Some(o) = g.objs.remove(&old) {
             g.names.remove(&(o.parent, o.name.clone()));
+            if let Some(a) = &o.alias {
+                g.names.remove(&(o.parent, a.clone()));
+            }
             if let Some(p) = g.objs.get_mut(&o.parent) {
-                p.children.retain(|c| *c != o.name);
+                p.children
+                    .retain(|c| *c != o.name && Some(c) != o.alias.as_ref());
             }
         }
         g.failed.insert(old, e);

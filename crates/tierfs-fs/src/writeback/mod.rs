@@ -19,6 +19,7 @@ mod ns_apply;
 mod ns_chattr;
 mod ns_defer;
 mod ns_fold;
+mod ns_link;
 mod ns_lost;
 mod ns_move;
 mod ns_narrow;
@@ -172,6 +173,7 @@ impl<S: Store> Writeback<S> {
                 wait_ms: g(&c.ns_wait_ms),
                 dropped: g(&c.ns_dropped),
                 removed: g(&c.ns_removed),
+                linked: g(&c.ns_linked),
             },
             reserve: ReserveStats {
                 reserved_inodes: self.inodes.reserved(),

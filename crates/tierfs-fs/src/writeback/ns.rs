@@ -120,7 +120,7 @@ impl<S: Store> Writeback<S> {
                 // before a directory sync that failed).
                 let mut q = wb.nsq.q.lock();
                 for mut j in rest.into_iter().rev() {
-                    if let Job::Create { tried, .. } = &mut j {
+                    if let Job::Create { tried, .. } | Job::Linked { tried, .. } = &mut j {
                         *tried = true;
                     }
                     q.push_front(j);
@@ -315,6 +315,7 @@ impl<S: Store> Writeback<S> {
                 parent: match j {
                     Job::Create { parent, .. }
                     | Job::Moved { parent, .. }
+                    | Job::Linked { parent, .. }
                     | Job::Removed { parent, .. } => Some(parent.id()),
                     // After what comes before in its directory (a chmod of the directory
                     // that lets the flusher reach it).
@@ -326,9 +327,13 @@ impl<S: Store> Writeback<S> {
                     Job::SetAttr { .. } | Job::Drop { .. } | Job::Renamed { .. } => None,
                 },
                 name: match j {
-                    Job::Create { parent, name, .. } | Job::Removed { parent, name, .. } => {
-                        Some(super::ns_order::name_key(parent.id(), name))
-                    }
+                    Job::Create { parent, name, .. }
+                    | Job::Removed { parent, name, .. }
+                    | Job::Linked {
+                        parent,
+                        alias: name,
+                        ..
+                    } => Some(super::ns_order::name_key(parent.id(), name)),
                     _ => None,
                 },
                 barrier: matches!(j, Job::Moved { .. }),
@@ -429,6 +434,10 @@ impl<S: Store> Writeback<S> {
             // applied (see `apply_group`), newer than any answer of the store from before,
             // which forgetting them here would let in.
             self.ns.meta.learn_name(m.parent.id(), &m.name, &m.attr);
+            if let Some((alias, a)) = &m.alias {
+                // Its second name, linked by a deferred link (`ns_link`).
+                self.ns.meta.learn_name(m.parent.id(), alias, a);
+            }
             self.ns.meta.put_attr(&m.attr, now);
             if let Some(t) = self.ns.prov.target(prov) {
                 self.ns.meta.put_link_target(&m.attr, &t);

@@ -45,6 +45,8 @@ pub(super) struct Made<S: Store> {
     pub(super) attr: Attr,
     /// The node of its directory, synced before the group's DONE.
     pub(super) dir: Node<S>,
+    /// Its second name, linked by a deferred link (`ns_link`), and what the store says of it.
+    pub(super) alias: Option<(OsString, Attr)>,
 }
 
 /// Errors after which the store may well succeed later: the operation is retried.
@@ -89,7 +91,7 @@ impl<S: Store> Writeback<S> {
         }
     }
 
-    fn parent_node(
+    pub(super) fn parent_node(
         &self,
         parent: &Arc<Inode<St<S>>>,
         state: &Mutex<Applying<S>>,
@@ -210,6 +212,7 @@ impl<S: Store> Writeback<S> {
                                 node,
                                 attr,
                                 dir: pnode,
+                                alias: None,
                             },
                         ));
                         self.c.ns_applied.fetch_add(1, Relaxed);
@@ -240,6 +243,20 @@ impl<S: Store> Writeback<S> {
                 to,
                 ..
             } => self.apply_move(inode, parent, from, to, state),
+            Job::Linked {
+                inode,
+                parent,
+                alias,
+                withdrawn,
+                ..
+            } => {
+                if *withdrawn {
+                    // Its alias was unlinked first: nothing for the store to do.
+                    self.c.ns_applied.fetch_add(1, Relaxed);
+                    return Ok(());
+                }
+                self.apply_link(inode, parent, alias, state)
+            }
             Job::Removed {
                 seq,
                 inode,

@@ -288,6 +288,10 @@ impl<S: Store> Writeback<S> {
         let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
             return None;
         };
+        // One of two names (`ns_link`): the other is applied first.
+        if self.ns.prov.alias(inode.id()).is_some() {
+            return None;
+        }
         match (&inode.file, attr.kind) {
             (Some(st), FileKind::File) if !no_open && st.opens.load(Acquire) == 0 => {}
             (None, FileKind::Symlink) => {}

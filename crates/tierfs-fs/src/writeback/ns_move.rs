@@ -22,9 +22,10 @@ use crate::namespace::is_provisional;
 use crate::shared::St;
 use std::collections::VecDeque;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
-use tierfs_store::Store;
+use tierfs_store::{Errno, FileKind, Store};
 
 impl<S: Store> Writeback<S> {
     /// Moves provisional `inode` from `name` to the free `newname` of directory `p` (see the
@@ -84,4 +85,42 @@ impl<S: Store> Writeback<S> {
         );
         Some(())
     }
+}
+
+/// A pending MOVE (`from` to `to`, one directory) on the store: false if neither name
+/// holds our object the way the move leaves it (someone else's at `to`, or ours gone): its
+/// data then goes to `lost/`, never into theirs.
+pub(super) fn replay_move<S: Store>(
+    store: &St<S>,
+    from: &[u8],
+    to: &[u8],
+    reused: bool,
+) -> std::result::Result<bool, Errno> {
+    let (dir, fname) = super::ns_replay::split(from);
+    let tname = super::ns_replay::split(to).1;
+    let pnode = match super::replay::open_by_path(store, dir) {
+        Ok((n, _)) => n,
+        Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let (f, t) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
+    let exists = |n: &OsStr| match store.lookup(&pnode, n) {
+        Ok((_, a)) => Ok(a.kind != FileKind::Dir),
+        Err(e) if e == Errno::ENOENT => Ok(false),
+        Err(e) => Err(e),
+    };
+    let why = match (exists(f)?, exists(t)?) {
+        (true, false) => return store.rename(&pnode, f, &pnode, t, 0).map(|()| true),
+        // Applied before the crash.
+        (false, true) => return Ok(true),
+        (true, true) if reused => return Ok(true),
+        (true, true) => "the new name holds another file",
+        (false, false) => "neither name is there",
+    };
+    tracing::error!(
+        "write-back replay: {} could not be renamed to {}: {why}; its data is kept under lost/",
+        String::from_utf8_lossy(from),
+        String::from_utf8_lossy(to)
+    );
+    Ok(false)
 }

@@ -71,7 +71,8 @@ pub(crate) enum Job<S: Store> {
     },
     /// A rename whose create is still queued (`Writeback::rename_deferred`): the create now
     /// makes the new name, so nothing is left for the store. Applied, it moves the DONE over
-    /// the record; queued, it keeps the object unpublished.
+    /// the record; queued, it keeps the object unpublished. (Also the job of an UNALIAS
+    /// record, `Writeback::unalias_deferred`: nothing for the store either.)
     Renamed {
         seq: u64,
         inode: Arc<Inode<St<S>>>,
@@ -89,6 +90,22 @@ pub(crate) enum Job<S: Store> {
         parent: Arc<Inode<St<S>>>,
         from: OsString,
         to: OsString,
+        at: Instant,
+    },
+    /// A deferred link (`Writeback::link_deferred`): the create before it makes the object
+    /// under its new name, and this links `alias`, the name it had, to it in `parent` on the
+    /// store. Queued, it keeps the object unpublished (the alias is answered by the
+    /// provisional table).
+    Linked {
+        seq: u64,
+        inode: Arc<Inode<St<S>>>,
+        parent: Arc<Inode<St<S>>>,
+        alias: OsString,
+        /// The alias was unlinked before the flusher took this (`unalias_deferred`):
+        /// nothing left for the store.
+        withdrawn: bool,
+        /// Taken by the flusher once and put back: it may be on the store.
+        tried: bool,
         at: Instant,
     },
     /// An unlink of a file or symlink of the store (`Writeback::remove_deferred`): `name` in
@@ -115,6 +132,7 @@ impl<S: Store> Job<S> {
             | Job::Drop { seq, .. }
             | Job::Renamed { seq, .. }
             | Job::Moved { seq, .. }
+            | Job::Linked { seq, .. }
             | Job::Removed { seq, .. } => *seq,
         }
     }
@@ -125,6 +143,7 @@ impl<S: Store> Job<S> {
             | Job::Drop { inode, .. }
             | Job::Renamed { inode, .. }
             | Job::Moved { inode, .. }
+            | Job::Linked { inode, .. }
             | Job::Removed { inode, .. } => inode,
         }
     }
@@ -151,9 +170,11 @@ impl<S: Store> Job<S> {
                     .as_ref()
                     .is_some_and(|st| st.has_dirty.load(Acquire)),
             },
-            Job::Drop { .. } | Job::Renamed { .. } | Job::Moved { .. } | Job::Removed { .. } => {
-                FoldIn::Skip
-            }
+            Job::Drop { .. }
+            | Job::Renamed { .. }
+            | Job::Moved { .. }
+            | Job::Linked { .. }
+            | Job::Removed { .. } => FoldIn::Skip,
         }
     }
 
@@ -164,6 +185,7 @@ impl<S: Store> Job<S> {
             | Job::Drop { at, .. }
             | Job::Renamed { at, .. }
             | Job::Moved { at, .. }
+            | Job::Linked { at, .. }
             | Job::Removed { at, .. } => *at,
         }
     }

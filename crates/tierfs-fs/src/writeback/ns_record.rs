@@ -32,12 +32,20 @@
 //!                  | ino u64: a setattr of an object of the store (`ns_chattr`); replay sets
 //!                  `path`'s attributes only if it still holds that object (the same kind, and
 //!                  `(dev, ino)` unless that is a path identity)
+//! LINK    (op 9) = from path (u16 length, bytes) | to path (u16 length, bytes) | prov u64 (the
+//!                  seq of the CREATE that made it): a hard link, in its directory, of a file
+//!                  whose create the namespace flusher had not taken (`ns_link`). The create
+//!                  makes `to` (as after a RENAME, its data records follow it), and `from`
+//!                  is then linked to it on the store, unless an UNALIAS withdraws it
+//! UNALIAS (op 10) = path (u16 length, bytes) | link u64 (the seq of the LINK whose `from` it
+//!                  is) | prov u64: that name unlinked before the store had it: the LINK
+//!                  makes nothing on the store
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for ops 5, 6, 7 and 8.)
+//! downgrade only with an empty journal. The same holds for ops 5 to 10.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -50,6 +58,8 @@ const OP_RENAME_OVER: u8 = 5;
 pub(super) const OP_MOVE: u8 = 6;
 const OP_REMOVE: u8 = 7;
 const OP_CHATTR: u8 = 8;
+const OP_LINK: u8 = 9;
+const OP_UNALIAS: u8 = 10;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -109,6 +119,17 @@ pub(crate) enum NsOp {
         id: (u64, u64),
         size: u64,
     },
+    /// A file made by the CREATE of seq `prov`, whose create the flusher had not taken,
+    /// hard-linked as `to` in its directory (`Writeback::link_deferred`): the create makes
+    /// `to`, and `from` (the name it had) is linked to it after.
+    Link {
+        from: Vec<u8>,
+        to: Vec<u8>,
+        prov: u64,
+    },
+    /// The name `path` a LINK (of seq `link`) left to the file of CREATE `prov`, unlinked
+    /// before the link was applied (`Writeback::unalias_deferred`): never made.
+    Unalias { path: Vec<u8>, link: u64, prov: u64 },
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -299,6 +320,18 @@ impl NsOp {
                     out.extend_from_slice(&r.to_le_bytes());
                 }
             }
+            NsOp::Link { from, to, prov } => {
+                out.push(OP_LINK);
+                put_bytes(&mut out, from);
+                put_bytes(&mut out, to);
+                out.extend_from_slice(&prov.to_le_bytes());
+            }
+            NsOp::Unalias { path, link, prov } => {
+                out.push(OP_UNALIAS);
+                put_bytes(&mut out, path);
+                out.extend_from_slice(&link.to_le_bytes());
+                out.extend_from_slice(&prov.to_le_bytes());
+            }
             NsOp::Move { from, to, prov } => {
                 out.push(OP_MOVE);
                 put_bytes(&mut out, from);
@@ -403,6 +436,22 @@ impl NsOp {
                     replaced,
                 }
             }
+            OP_LINK => {
+                let (from, to) = (r.bytes()?, r.bytes()?);
+                let prov = r.i64()? as u64;
+                if from.is_empty() || to.is_empty() || from == to {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Link { from, to, prov }
+            }
+            OP_UNALIAS => {
+                let path = r.bytes()?;
+                let (link, prov) = (r.i64()? as u64, r.i64()? as u64);
+                if path.is_empty() {
+                    return Err("namespace record: not a path");
+                }
+                NsOp::Unalias { path, link, prov }
+            }
             OP_MOVE => {
                 let (from, to) = (r.bytes()?, r.bytes()?);
                 let prov = r.i64()? as u64;
@@ -436,144 +485,5 @@ impl NsOp {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trip_and_garbage() {
-        let ops = [
-            NsOp::Create {
-                parent: b"a/b".to_vec(),
-                name: b"c.txt".to_vec(),
-                kind: FileKind::File,
-                mode: 0o644,
-                owner: Some((1000, 100)),
-                target: Vec::new(),
-            },
-            NsOp::Create {
-                parent: Vec::new(),
-                name: b"d".to_vec(),
-                kind: FileKind::Dir,
-                mode: 0o755,
-                owner: None,
-                target: Vec::new(),
-            },
-            NsOp::Create {
-                parent: b"a".to_vec(),
-                name: b"link".to_vec(),
-                kind: FileKind::Symlink,
-                mode: 0o777,
-                owner: Some((0, 0)),
-                target: b"../b/c.txt".to_vec(),
-            },
-            NsOp::SetAttr {
-                path: b"a/b/c.txt".to_vec(),
-                mode: Some(0o600),
-                uid: None,
-                gid: Some(5),
-                atime: None,
-                mtime: Some(TimeSpec {
-                    sec: -5,
-                    nsec: 999_999_999,
-                }),
-                of: None,
-            },
-            NsOp::SetAttr {
-                path: b"src/lib.rs".to_vec(),
-                mode: Some(0o640),
-                uid: Some(1000),
-                gid: None,
-                atime: Some(TimeSpec { sec: 7, nsec: 1 }),
-                mtime: None,
-                of: Some((FileKind::File, (3, u64::MAX))),
-            },
-            NsOp::SetAttr {
-                path: Vec::new(),
-                mode: Some(0o700),
-                uid: None,
-                gid: None,
-                atime: None,
-                mtime: None,
-                of: Some((FileKind::Dir, (1 << 63 | 9, 2))),
-            },
-            NsOp::Unlink {
-                path: b"a/conftest.c".to_vec(),
-                kind: FileKind::File,
-                prov: 1 << 40,
-            },
-            NsOp::Unlink {
-                path: b"a/conftest.dir".to_vec(),
-                kind: FileKind::Dir,
-                prov: 5,
-            },
-            NsOp::Rename {
-                from: b"a/.f.tmp".to_vec(),
-                to: b"a/f".to_vec(),
-                prov: 77,
-                replaced: None,
-            },
-            NsOp::Rename {
-                from: b"a/.f.tmp".to_vec(),
-                to: b"b/f".to_vec(),
-                prov: 78,
-                replaced: Some(70),
-            },
-            NsOp::Move {
-                from: b".git/index.lock".to_vec(),
-                to: b".git/index".to_vec(),
-                prov: 79,
-            },
-            NsOp::Remove {
-                path: b"target/debug/old.o".to_vec(),
-                kind: FileKind::File,
-                id: (1 << 63 | 5, u64::MAX),
-                size: 1 << 33,
-            },
-            NsOp::Remove {
-                path: b"l".to_vec(),
-                kind: FileKind::Symlink,
-                id: (7, 8),
-                size: 0,
-            },
-            NsOp::Remove {
-                path: b"a/b".to_vec(),
-                kind: FileKind::Dir,
-                id: (7, 9),
-                size: 4096,
-            },
-        ];
-        for op in &ops {
-            let b = op.encode();
-            assert_eq!(&NsOp::decode(&b).unwrap(), op);
-            // Every cut is refused, never a panic.
-            for n in 0..b.len() {
-                assert!(NsOp::decode(&b[..n]).is_err(), "cut at {n}");
-            }
-            let mut longer = b.clone();
-            longer.push(0);
-            assert!(NsOp::decode(&longer).is_err());
-        }
-        let bad_name = NsOp::Create {
-            parent: Vec::new(),
-            name: b"x/y".to_vec(),
-            kind: FileKind::File,
-            mode: 0,
-            owner: None,
-            target: Vec::new(),
-        };
-        assert!(NsOp::decode(&bad_name.encode()).is_err());
-        let no_target = NsOp::Create {
-            parent: Vec::new(),
-            name: b"l".to_vec(),
-            kind: FileKind::Symlink,
-            mode: 0o777,
-            owner: None,
-            target: Vec::new(),
-        };
-        assert!(NsOp::decode(&no_target.encode()).is_err());
-        for n in 0..64u8 {
-            let b: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ n).collect();
-            let _ = NsOp::decode(&b);
-        }
-    }
-}
+#[path = "ns_record_tests.rs"]
+mod tests;

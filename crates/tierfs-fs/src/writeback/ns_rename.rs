@@ -118,6 +118,9 @@ impl<S: Store> Writeback<S> {
         if attr.kind == FileKind::Dir {
             return not("a directory");
         }
+        if self.ns.prov.alias(inode.id()).is_some() {
+            return not("it has two names (a deferred link)");
+        }
         let mut hidden_target = false;
         let target = match self.ns.prov.lookup(newp.id(), newname) {
             ProvLookup::Found(t, ta) => {
@@ -125,6 +128,7 @@ impl<S: Store> Writeback<S> {
                     || no_open
                     || ta.kind == FileKind::Dir
                     || t.id() == inode.id()
+                    || self.ns.prov.alias(t.id()).is_some()
                 {
                     return not("the new name holds a new object that cannot go");
                 }

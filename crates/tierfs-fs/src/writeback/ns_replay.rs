@@ -16,6 +16,8 @@
 //! - A create is made under the last name the pending renames of it give it: a deferred
 //!   rename rewrote the queued create (`ns_rename`), so the flusher made it there too, and
 //!   the name it had may be another object's by now. A rename then has nothing left to do.
+//!   A deferred link (`ns_link`) rewrote it the same way; its replay then links the old
+//!   name to the new one, unless an UNALIAS says the application unlinked it first.
 //!   Setattrs recorded under an earlier name follow it. Data records of the file go to where
 //!   the last pending CREATE or RENAME put it.
 //! - A store that fails (gone, full) fails the mount, as for data records: nothing is lost,
@@ -77,44 +79,6 @@ pub(super) fn split(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// A pending MOVE (`from` to `to`, one directory) on the store: false if neither name
-/// holds our object the way the move leaves it (someone else's at `to`, or ours gone): its
-/// data then goes to `lost/`, never into theirs.
-fn replay_move<S: Store>(
-    store: &St<S>,
-    from: &[u8],
-    to: &[u8],
-    reused: bool,
-) -> std::result::Result<bool, Errno> {
-    let (dir, fname) = split(from);
-    let tname = split(to).1;
-    let pnode = match super::replay::open_by_path(store, dir) {
-        Ok((n, _)) => n,
-        Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let (f, t) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
-    let exists = |n: &OsStr| match store.lookup(&pnode, n) {
-        Ok((_, a)) => Ok(a.kind != FileKind::Dir),
-        Err(e) if e == Errno::ENOENT => Ok(false),
-        Err(e) => Err(e),
-    };
-    let why = match (exists(f)?, exists(t)?) {
-        (true, false) => return store.rename(&pnode, f, &pnode, t, 0).map(|()| true),
-        // Applied before the crash.
-        (false, true) => return Ok(true),
-        (true, true) if reused => return Ok(true),
-        (true, true) => "the new name holds another file",
-        (false, false) => "neither name is there",
-    };
-    tracing::error!(
-        "write-back replay: {} could not be renamed to {}: {why}; its data is kept under lost/",
-        String::from_utf8_lossy(from),
-        String::from_utf8_lossy(to)
-    );
-    Ok(false)
-}
-
 /// Applies the pending namespace records.
 pub(crate) fn replay_ns<S: Store>(
     store: &St<S>,
@@ -159,11 +123,18 @@ pub(crate) fn replay_ns<S: Store>(
                     prov,
                     over: replaced.is_some(),
                 },
+                // The create makes the new name (the old one is linked to it after).
+                NsOp::Link { from, to, prov } => Naming::Renamed {
+                    from,
+                    to,
+                    prov,
+                    over: false,
+                },
                 NsOp::Unlink { path, .. } | NsOp::Remove { path, .. } => Naming::Other(path, true),
                 NsOp::Create { parent, name, .. } => Naming::Other(join(&parent, &name), false),
                 // Applied in its place in the order, on names the store has: nothing to
                 // follow.
-                NsOp::SetAttr { .. } | NsOp::Move { .. } => return None,
+                NsOp::SetAttr { .. } | NsOp::Move { .. } | NsOp::Unalias { .. } => return None,
             };
             Some((p.seq, n))
         })
@@ -247,7 +218,9 @@ pub(crate) fn replay_ns<S: Store>(
                     .get(&p.seq)
                     .cloned()
                     .unwrap_or_else(|| join(&parent, &name)),
-                Ok(NsOp::Rename { to, .. }) | Ok(NsOp::Move { to, .. }) => to,
+                Ok(NsOp::Rename { to, .. })
+                | Ok(NsOp::Move { to, .. })
+                | Ok(NsOp::Link { to, .. }) => to,
                 _ => continue,
             };
             last_create.insert(path, p.seq);
@@ -259,6 +232,14 @@ pub(crate) fn replay_ns<S: Store>(
         .iter()
         .filter_map(|p| match NsOp::decode(&p.payload).ok()? {
             NsOp::Move { from, to, .. } => Some((p.seq, from, to)),
+            _ => None,
+        })
+        .collect();
+    // LINK records whose alias a pending UNALIAS withdrew: never linked on the store.
+    let unaliased: rustc_hash::FxHashSet<u64> = pending
+        .iter()
+        .filter_map(|p| match NsOp::decode(&p.payload).ok()? {
+            NsOp::Unalias { link, .. } => Some(link),
             _ => None,
         })
         .collect();
@@ -447,6 +428,36 @@ pub(crate) fn replay_ns<S: Store>(
                     moved.insert(*prov, to.clone());
                 }
             }
+            NsOp::Link { from, to, prov } => {
+                if refused_prov.contains(prov) || dropped.contains(prov) {
+                    continue;
+                }
+                // Its data goes to the new name, which its create made (above, or before
+                // the crash).
+                moved.insert(*prov, to.clone());
+                if unaliased.contains(&p.seq) {
+                    continue;
+                }
+                match super::ns_link::replay_link(store, from, to) {
+                    Ok(None) => {
+                        let dir = split(from).0.to_vec();
+                        if !dirs.contains(&dir) {
+                            dirs.push(dir);
+                        }
+                    }
+                    Ok(Some(why)) => {
+                        tracing::warn!(
+                            "write-back replay: {} was not linked to {}: {why}",
+                            String::from_utf8_lossy(from),
+                            String::from_utf8_lossy(to)
+                        );
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                    }
+                    Err(e) => return Err(fail("linking", from, e)),
+                }
+            }
+            // Its LINK made nothing on the store (`unaliased`).
+            NsOp::Unalias { .. } => {}
             NsOp::Move { from, to, prov } => {
                 if refused_prov.contains(prov) || dropped.contains(prov) {
                     continue;
@@ -454,7 +465,7 @@ pub(crate) fn replay_ns<S: Store>(
                 // The name is used again by a later record of ours (a lock file made anew):
                 // if both names are there, the move was applied before the crash.
                 let reused = last_create.get(from.as_slice()).is_some_and(|s| *s > p.seq);
-                match replay_move(store, from, to, reused) {
+                match super::ns_move::replay_move(store, from, to, reused) {
                     Ok(true) => {
                         let dir = split(from).0.to_vec();
                         if !dirs.contains(&dir) {

@@ -433,3 +433,101 @@ fn paths() {
     assert!(!super::under(b"a/bc", b"a/b"));
     assert!(!super::under(b"a", b"a/b"));
 }
+
+/// Deferred links (`ns_link`): the create makes the new name, the old one is linked to it
+/// after, unless an UNALIAS withdrew it (git's temporary object names); a chmod recorded
+/// under the old name before the link reaches the file; a link whose create was applied
+/// before the crash links to what the flusher made; a replay run twice changes nothing
+/// more; a name someone else took is theirs.
+#[test]
+fn links_replay_under_the_new_name_and_unaliased_names_never_reach_the_store() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let t = tempfile::tempdir().unwrap();
+    let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+    std::fs::create_dir_all(back.join("o")).unwrap();
+    let store = IdStore::new(CountedStore::new(
+        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
+    ))
+    .unwrap();
+    let (journal, _) =
+        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let create = |name: &str| NsOp::Create {
+        parent: b"o".to_vec(),
+        name: name.as_bytes().to_vec(),
+        kind: FileKind::File,
+        mode: 0o444,
+        owner: None,
+        target: Vec::new(),
+    };
+    let link = |from: &str, to: &str, prov| NsOp::Link {
+        from: format!("o/{from}").into_bytes(),
+        to: format!("o/{to}").into_bytes(),
+        prov,
+    };
+    let unalias = |path: &str, link, prov| NsOp::Unalias {
+        path: format!("o/{path}").into_bytes(),
+        link,
+        prov,
+    };
+    let pending = [
+        // git: tmp_obj written, linked to its hash, the temporary name unlinked.
+        record(1, create("tmp_obj_1")),
+        record(
+            2,
+            NsOp::SetAttr {
+                path: b"o/tmp_obj_1".to_vec(),
+                mode: Some(0o440),
+                uid: None,
+                gid: None,
+                atime: None,
+                mtime: None,
+                of: None,
+            },
+        ),
+        record(3, link("tmp_obj_1", "aa11", 1)),
+        record(4, unalias("tmp_obj_1", 3, 1)),
+        // Both names kept.
+        record(5, create("x")),
+        record(6, link("x", "y", 5)),
+        // Its create applied before the crash (as `made`, the name the link gave it).
+        record(7, link("m", "made", 100)),
+        // The old name taken by someone else before the replay: theirs stays.
+        record(8, create("p")),
+        record(9, link("p", "q", 8)),
+    ];
+    std::fs::write(back.join("o/made"), b"").unwrap();
+    append_all(&journal, &pending);
+    let c = WbCounters::default();
+    let r = replay_ns(&store, &journal, &pending, &c).unwrap();
+    let names = || {
+        let mut v: Vec<String> = std::fs::read_dir(back.join("o"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(), ["aa11", "m", "made", "p", "q", "x", "y"]);
+    let md = |p: &str| std::fs::metadata(back.join("o").join(p)).unwrap();
+    assert_eq!(md("aa11").permissions().mode() & 0o777, 0o440);
+    assert_eq!(md("aa11").nlink(), 1);
+    assert_eq!((md("x").ino(), md("x").nlink()), (md("y").ino(), 2));
+    assert_eq!(md("m").ino(), md("made").ino());
+    assert_eq!(md("p").ino(), md("q").ino());
+    assert_eq!(r.moved.get(&1).map(|p| &p[..]), Some(&b"o/aa11"[..]));
+    assert_eq!(r.moved.get(&5).map(|p| &p[..]), Some(&b"o/y"[..]));
+    assert_eq!(r.moved.get(&100).map(|p| &p[..]), Some(&b"o/made"[..]));
+    assert_eq!(c.ns_conflicts.load(Relaxed), 0);
+    // Again (a crash during the first replay): the same tree; then a name taken by
+    // someone else is left as it is and counted.
+    let c = WbCounters::default();
+    replay_ns(&store, &journal, &pending, &c).unwrap();
+    assert_eq!(names(), ["aa11", "m", "made", "p", "q", "x", "y"]);
+    assert_eq!(c.ns_conflicts.load(Relaxed), 0);
+    std::fs::remove_file(back.join("o/p")).unwrap();
+    std::fs::write(back.join("o/p"), b"theirs").unwrap();
+    let c = WbCounters::default();
+    replay_ns(&store, &journal, &pending, &c).unwrap();
+    assert_eq!(std::fs::read(back.join("o/p")).unwrap(), b"theirs");
+    assert_eq!(c.ns_conflicts.load(Relaxed), 1);
+}
