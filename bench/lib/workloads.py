@@ -1305,5 +1305,12 @@ WORKLOADS = {
     "dirstat": (wl_dirstat, "metadata of one directory of 1,000 small files: find -exec stat "
                             "and du -s, cold, warm, after drop_caches"),
 }
-# The default job list (no WORKLOAD named); dirstat runs when named (e.g. dirstat@sshfs).
+
+# Workloads of their own module (imported here, at the end: they use the helpers above).
+import gitbench  # noqa: E402
+
+WORKLOADS["git"] = (gitbench.wl_git, "git add and git commit of many small new files "
+                                     "(issue 15): loose objects linked into place")
+# The default job list (no WORKLOAD named); dirstat and git run when named (e.g.
+# dirstat@sshfs, git@nfs-lan).
 ORDER = ["md5", "grep", "fio", "write", "mixed", "memory", "concurrency"]
