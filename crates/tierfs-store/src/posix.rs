@@ -739,7 +739,24 @@ impl Store for PosixStore {
                 )
             })?;
         }
-        node.stat()
+        // The attributes by the new name: a network client answers them from the entry its
+        // LINK reply gave it, where an fstat of the old node asks the server again (the link
+        // dropped the node's cached attributes): one round trip per loose object of `git
+        // add` over sshfs. The old node's fstat only if the name cannot be stat'ed.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::fstatat(
+                newparent.fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r == 0 {
+            Ok(Attr::from_stat(&st))
+        } else {
+            node.stat()
+        }
     }
 
     fn unlink(&self, parent: &PosixNode, name: &OsStr) -> Result<()> {
