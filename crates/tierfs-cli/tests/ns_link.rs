@@ -8,17 +8,7 @@ mod common;
 use common::*;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::Duration;
-
-fn names(d: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 /// A link of a new file in its directory, and an unlink of either of its names after, wait
 /// for nothing: both names show at once (one inode, two links), the store has none of them
@@ -94,13 +84,17 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            assert_eq!(names(&d), want);
+            assert_eq!(sorted_names(&d), want);
             // A link to another directory is done on the store (after what was deferred).
             std::fs::hard_link(d.join("a"), mnt.join("other/a")).unwrap();
             assert!(backing.join("objects/1d/a").exists());
             File::open(&d).unwrap().sync_all().unwrap();
             let bd = backing.join("objects/1d");
-            assert_eq!(names(&bd), want, "the store has what the application left");
+            assert_eq!(
+                sorted_names(&bd),
+                want,
+                "the store has what the application left"
+            );
             for k in 0..20 {
                 assert_eq!(
                     std::fs::read(bd.join(format!("obj{k}"))).unwrap(),
@@ -116,7 +110,7 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
             assert_eq!(std::fs::read(bd.join("e")).unwrap(), b"written through e");
             assert_eq!(std::fs::metadata(bd.join("e")).unwrap().nlink(), 1);
             // And as the mount shows them now, from the store.
-            assert_eq!(names(&d), want);
+            assert_eq!(sorted_names(&d), want);
             assert_eq!(std::fs::metadata(d.join("b")).unwrap().nlink(), 3);
             (linked, waited)
         }
@@ -151,7 +145,7 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
     m.mount(&["writeback.mode=back"]);
     let k = backing.join("objects/k");
     assert_eq!(
-        names(&k),
+        sorted_names(&k),
         ["final", "x", "y"],
         "the replay made what was left"
     );
@@ -163,7 +157,7 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
     );
     with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let mnt = mnt.clone();
-        move || assert_eq!(names(&mnt.join("objects/k")), ["final", "x", "y"])
+        move || assert_eq!(sorted_names(&mnt.join("objects/k")), ["final", "x", "y"])
     });
     assert_eq!(
         std::fs::read_dir(m.cache.join("journal/lost"))

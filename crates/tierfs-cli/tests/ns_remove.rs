@@ -5,17 +5,7 @@ mod common;
 
 use common::*;
 use std::fs::File;
-use std::path::Path;
 use std::time::Duration;
-
-fn names(d: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 /// An unlink of a file or symlink of the store, and an rmdir of an emptied directory of the
 /// store (`rm -rf`), return before the store has them: the name is gone at once for lookups
@@ -49,7 +39,7 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
         let (mnt, d) = (mnt.clone(), d.clone());
         move || {
             let md = mnt.join("d");
-            assert_eq!(names(&md).len(), 44);
+            assert_eq!(sorted_names(&md).len(), 44);
             let (removed0, waits0) = (
                 stat_of(&mnt, "writeback.namespace.removed"),
                 stat_of(&mnt, "writeback.namespace.waits"),
@@ -69,7 +59,7 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
                 std::fs::metadata(md.join("f3")).unwrap_err().raw_os_error(),
                 Some(libc::ENOENT)
             );
-            assert_eq!(names(&md), ["hard", "hard2", "open"]);
+            assert_eq!(sorted_names(&md), ["hard", "hard2", "open"]);
             // Made again under a name being removed: a new file.
             std::fs::write(md.join("f1"), b"new f1").unwrap();
             assert_eq!(std::fs::read(md.join("f1")).unwrap(), b"new f1");
@@ -92,10 +82,10 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
                 1,
                 "f2 was someone else's by then"
             );
-            assert_eq!(names(&d), ["f1", "f2", "hard2"]);
+            assert_eq!(sorted_names(&d), ["f1", "f2", "hard2"]);
             assert_eq!(std::fs::read(d.join("f1")).unwrap(), b"new f1");
             assert_eq!(std::fs::read(d.join("f2")).unwrap(), b"theirs");
-            assert_eq!(names(&md), ["f1", "f2", "hard2"]);
+            assert_eq!(sorted_names(&md), ["f1", "f2", "hard2"]);
             assert_eq!(std::fs::read(md.join("f2")).unwrap(), b"theirs");
             // `rm -rf` of a tree of the store: 15 files, 5 directories.
             let (removed0, waits0) = (
@@ -110,7 +100,7 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
                 "the store has it until the flusher comes"
             );
             assert!(std::fs::symlink_metadata(mnt.join("t")).is_err());
-            assert!(!names(&mnt).contains(&"t".to_string()));
+            assert!(!sorted_names(&mnt).contains(&"t".to_string()));
             File::open(&mnt).unwrap().sync_all().unwrap();
             assert!(!t.exists(), "the tree is removed from the store");
             (removed + tree_removed, waited + tree_waited)
@@ -138,7 +128,7 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
         let mnt = mnt.clone();
         move || {
             let me = mnt.join("e");
-            assert_eq!(names(&me).len(), 11);
+            assert_eq!(sorted_names(&me).len(), 11);
             for k in 0..5 {
                 std::fs::remove_file(me.join(format!("x{k}"))).unwrap();
             }
@@ -148,14 +138,22 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
             std::thread::sleep(Duration::from_millis(500));
         }
     });
-    assert_eq!(names(&e).len(), 11, "nothing removed on the store yet");
+    assert_eq!(
+        sorted_names(&e).len(),
+        11,
+        "nothing removed on the store yet"
+    );
     m.kill_daemon();
     m.mount(&["writeback.mode=back"]);
     let want = ["x5", "x6", "x7", "x8", "x9"];
-    assert_eq!(names(&e), want, "the replay removed the unlinked files");
+    assert_eq!(
+        sorted_names(&e),
+        want,
+        "the replay removed the unlinked files"
+    );
     with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
         let mnt = mnt.clone();
-        move || assert_eq!(names(&mnt.join("e")), want)
+        move || assert_eq!(sorted_names(&mnt.join("e")), want)
     });
     assert_eq!(
         std::fs::read_dir(m.cache.join("journal/lost"))
