@@ -282,12 +282,7 @@ impl<S: Store> Writeback<S> {
         name: &OsStr,
         no_open: bool,
     ) -> Option<()> {
-        if !self.defers_namespace() {
-            return None;
-        }
-        let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
-            return None;
-        };
+        let (inode, attr) = self.deferred_object(p, name)?;
         // One of two names (`ns_link`): the other is applied first.
         if self.ns.prov.alias(inode.id()).is_some() {
             return None;
@@ -319,6 +314,22 @@ impl<S: Store> Writeback<S> {
             a.ctime = now;
         });
         Some(())
+    }
+
+    /// The provisional object `name` of directory `p` and its attributes, when namespace
+    /// operations are deferred: where every deferred unlink, rmdir and unalias starts.
+    pub(super) fn deferred_object(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+    ) -> Option<(Arc<Inode<St<S>>>, Attr)> {
+        if !self.defers_namespace() {
+            return None;
+        }
+        match self.ns.prov.lookup(p.id(), name) {
+            ProvLookup::Found(inode, attr) => Some((inode, attr)),
+            _ => None,
+        }
     }
 
     /// After the record that withdraws `inode`'s create (see [`claim_withdrawal`]): the
@@ -396,12 +407,7 @@ impl<S: Store> Writeback<S> {
     /// (see [`Writeback::unlink_deferred`]), journaled as an UNLINK of kind directory. None:
     /// done on the store (which answers ENOTEMPTY and the like).
     pub(crate) fn rmdir_deferred(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<()> {
-        if !self.defers_namespace() {
-            return None;
-        }
-        let ProvLookup::Found(inode, attr) = self.ns.prov.lookup(p.id(), name) else {
-            return None;
-        };
+        let (inode, attr) = self.deferred_object(p, name)?;
         let id = inode.id();
         if attr.kind != FileKind::Dir || self.ns.prov.is_empty_dir(id) != Some(true) {
             return None;

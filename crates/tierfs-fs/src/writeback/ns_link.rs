@@ -137,12 +137,7 @@ impl<S: Store> Writeback<S> {
     /// the link: the link is withdrawn, and the store never gets the name. None: not such an
     /// unlink.
     pub(crate) fn unalias_deferred(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<()> {
-        if !self.defers_namespace() {
-            return None;
-        }
-        let ProvLookup::Found(inode, _) = self.ns.prov.lookup(p.id(), name) else {
-            return None;
-        };
+        let (inode, _) = self.deferred_object(p, name)?;
         let id = inode.id();
         if self.ns.prov.alias(id).as_deref() != Some(name) {
             return None;
