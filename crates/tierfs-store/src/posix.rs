@@ -144,6 +144,13 @@ fn fstat_fd(fd: RawFd) -> Result<Attr> {
     Ok(Attr::from_stat(&st))
 }
 
+/// Attributes of `name` in directory `dirfd` (not following a symlink).
+fn stat_at(dirfd: RawFd, name: &CStr) -> Result<Attr> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    cvt(unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(Attr::from_stat(&st))
+}
+
 /// Attributes of `fd` fresh from the filesystem's server: `AT_STATX_FORCE_SYNC` makes an NFS
 /// client revalidate (one GETATTR, what its own close-to-open check at open(2) costs) and a
 /// FUSE client ask its daemon; a local filesystem answers as for fstat.
@@ -320,18 +327,7 @@ impl PosixStore {
         names: &[(CString, u64, Option<crate::FileKind>)],
         wanted: &[usize],
     ) -> Vec<Option<Attr>> {
-        let stat_one = |i: usize| {
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let r = unsafe {
-                libc::fstatat(
-                    dirfd,
-                    names[i].0.as_ptr(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            };
-            (r == 0).then(|| Attr::from_stat(&st))
-        };
+        let stat_one = |i: usize| stat_at(dirfd, &names[i].0).ok();
         self.stat_fanout.stat_all(names.len(), wanted, stat_one).0
     }
 
@@ -420,8 +416,7 @@ impl PosixStore {
         }
         let t = std::time::Instant::now();
         for n in &names {
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            unsafe { libc::fstatat(root.fd(), n.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+            let _ = stat_at(root.fd(), n);
         }
         let per = t.elapsed() / names.len() as u32;
         let slow = per >= crate::stat_fanout::PARALLEL_STAT_AFTER;
@@ -743,20 +738,7 @@ impl Store for PosixStore {
         // LINK reply gave it, where an fstat of the old node asks the server again (the link
         // dropped the node's cached attributes): one round trip per loose object of `git
         // add` over sshfs. The old node's fstat only if the name cannot be stat'ed.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::fstatat(
-                newparent.fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if r == 0 {
-            Ok(Attr::from_stat(&st))
-        } else {
-            node.stat()
-        }
+        stat_at(newparent.fd(), &c).or_else(|_| node.stat())
     }
 
     fn unlink(&self, parent: &PosixNode, name: &OsStr) -> Result<()> {

@@ -148,14 +148,7 @@ impl<S: Store> Fs<S> {
             return Ok(None);
         };
         // The kernel learns the inode once more, under the new name.
-        if !self.ns.inodes.readmit(&i) {
-            return Err(Errno::EIO);
-        }
-        Ok(Some(Entry {
-            ino: i.ino,
-            attr: self.ns.with_ino(&i, attr),
-            age: std::time::Duration::ZERO,
-        }))
+        self.ns.provisional_entry(&i, attr).map(Some)
     }
 
     /// An unlink write-back takes without the store: of the second name a deferred link

@@ -247,16 +247,8 @@ impl<S: Store> Writeback<S> {
                 inode,
                 parent,
                 alias,
-                withdrawn,
                 ..
-            } => {
-                if *withdrawn {
-                    // Its alias was unlinked first: nothing for the store to do.
-                    self.c.ns_applied.fetch_add(1, Relaxed);
-                    return Ok(());
-                }
-                self.apply_link(inode, parent, alias, state)
-            }
+            } => self.apply_link(inode, parent, alias, state),
             Job::Removed {
                 seq,
                 inode,

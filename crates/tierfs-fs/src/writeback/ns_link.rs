@@ -122,7 +122,6 @@ impl<S: Store> Writeback<S> {
                 inode: inode.clone(),
                 parent: newp.clone(),
                 alias: name,
-                withdrawn: false,
                 tried: false,
                 at: Instant::now(),
             },
@@ -144,9 +143,9 @@ impl<S: Store> Writeback<S> {
         }
         let path = self.backing_path_in(p, name)?;
         let mut q = self.nsq.q.lock();
-        let k = q.iter().position(|j| {
-            matches!(j, Job::Linked { inode: i, withdrawn: false, tried: false, .. } if i.id() == id)
-        })?;
+        let k = q.iter().position(
+            |j| matches!(j, Job::Linked { inode: i, tried: false, .. } if i.id() == id),
+        )?;
         let op = NsOp::Unalias {
             path,
             link: q[k].seq(),
@@ -158,9 +157,14 @@ impl<S: Store> Writeback<S> {
                 payload: &op.encode(),
             })
             .ok()?;
-        if let Job::Linked { withdrawn, .. } = &mut q[k] {
-            *withdrawn = true;
-        }
+        // The link's job has nothing left for the store: the no-op job of a record whose
+        // operation was folded away, which still keeps the object unpublished.
+        q[k] = Job::Renamed {
+            seq: q[k].seq(),
+            inode: inode.clone(),
+            from: None,
+            at: q[k].at(),
+        };
         let now = TimeSpec::now();
         self.ns.prov.unalias(id, now);
         self.dir_changed(p.id(), |a| {
@@ -222,11 +226,7 @@ impl<S: Store> Writeback<S> {
             // holds our file (the same identity, or, with path identities, a file with
             // another link).
             Err(e) if e == Errno(libc::EEXIST) => match self.sh.store.lookup(&pnode, alias) {
-                Ok((_, a))
-                    if ident(&a) == ident(&mattr) || (a.kind == FileKind::File && a.nlink >= 2) =>
-                {
-                    a
-                }
+                Ok((_, a)) if holds_our_file(&a, &mattr) => a,
                 Err(l) if transient(l) => return Err(l),
                 _ => {
                     gone("the name was made on the store by someone else".into());
@@ -255,6 +255,12 @@ impl<S: Store> Writeback<S> {
         applied();
         Ok(())
     }
+}
+
+/// Whether a name the link found taken (`found`) holds our file (`ours`): the same identity,
+/// or, with path identities (each name its own), a file with another link.
+fn holds_our_file(found: &Attr, ours: &Attr) -> bool {
+    ident(found) == ident(ours) || (found.kind == FileKind::File && found.nlink >= 2)
 }
 
 /// Replays a pending LINK whose alias was not withdrawn: `from` linked to `to` (made by the
@@ -288,11 +294,7 @@ pub(super) fn replay_link<S: Store>(
     match store.link(&node, &pnode, alias) {
         Ok(_) => Ok(None),
         Err(e) if e == Errno(libc::EEXIST) => match store.lookup(&pnode, alias) {
-            Ok((_, a))
-                if ident(&a) == ident(&tattr) || (a.kind == FileKind::File && a.nlink >= 2) =>
-            {
-                Ok(None)
-            }
+            Ok((_, a)) if holds_our_file(&a, &tattr) => Ok(None),
             Ok(_) => Ok(Some("the name holds another object")),
             Err(e) => Err(e),
         },

@@ -72,7 +72,8 @@ pub(crate) enum Job<S: Store> {
     /// A rename whose create is still queued (`Writeback::rename_deferred`): the create now
     /// makes the new name, so nothing is left for the store. Applied, it moves the DONE over
     /// the record; queued, it keeps the object unpublished. (Also the job of an UNALIAS
-    /// record, `Writeback::unalias_deferred`: nothing for the store either.)
+    /// record, and what the job of the LINK it withdraws becomes, `Writeback::unalias_deferred`:
+    /// nothing for the store either.)
     Renamed {
         seq: u64,
         inode: Arc<Inode<St<S>>>,
@@ -101,9 +102,6 @@ pub(crate) enum Job<S: Store> {
         inode: Arc<Inode<St<S>>>,
         parent: Arc<Inode<St<S>>>,
         alias: OsString,
-        /// The alias was unlinked before the flusher took this (`unalias_deferred`):
-        /// nothing left for the store.
-        withdrawn: bool,
         /// Taken by the flusher once and put back: it may be on the store.
         tried: bool,
         at: Instant,
