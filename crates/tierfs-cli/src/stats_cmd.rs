@@ -134,7 +134,7 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
                 "  namespace {} operations deferred, {} pending (oldest {:.1} s), {} groups \
                  applied (median {} ms, p99 {} ms), {} waits for them ({:.1} s), {} unlinked \
                  before the store had them, {} unlinks of the store's deferred, {} links \
-                 deferred\n",
+                 and {} truncates deferred\n",
                 HumanCount(n(v, "writeback.namespace.deferred")),
                 HumanCount(n(v, "writeback.namespace.pending")),
                 n(v, "writeback.namespace.oldest_ms") as f64 / 1000.0,
@@ -146,6 +146,7 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
                 HumanCount(n(v, "writeback.namespace.dropped")),
                 HumanCount(n(v, "writeback.namespace.removed")),
                 HumanCount(n(v, "writeback.namespace.linked")),
+                HumanCount(n(v, "writeback.namespace.truncated")),
             );
         }
         let refused = n(v, "writeback.namespace.conflicts");

@@ -2,10 +2,11 @@
 //!
 //! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
 //! write-back on, the default): a writer thread works through the mount like an untar with
-//! second thoughts (mkdir, create + write + chmod + utimens, appends, renames within and across
-//! directories, unlinks, chmods, symlinks, git's loose objects (a temporary name linked to the
-//! final one, then unlinked), fsync of files and of directories, each fsync recorded), the
-//! daemon is `kill -9`ed at a random moment, the mount comes back (replay), and:
+//! second thoughts (mkdir, create + write + chmod + utimens, appends, rewrites (open
+//! O_TRUNC), renames within and across directories, unlinks, chmods, symlinks, git's loose
+//! objects (a temporary name linked to the final one, then unlinked), fsync of files and of
+//! directories, each fsync recorded), the daemon is `kill -9`ed at a random moment, the mount
+//! comes back (replay), and:
 //!
 //! - the tree is one the application could have seen: its names (directories and files)
 //!   are exactly those after some prefix of the writer's operations, no shorter than the last
@@ -499,18 +500,32 @@ fn writer(
             );
         }
         if choice < 90 {
-            // append, maybe fsync
+            // append, or a rewrite (open O_TRUNC, as `std::fs::write` does), maybe fsync
             let add = seeded_bytes(r.next(), 1 + r.below(32 << 10));
             let sync = r.below(2) == 0;
+            let rewrite = r.below(3) == 0;
             {
                 let mut g = m.lock().unwrap();
                 let o = g.objs.get_mut(&id).unwrap();
+                if rewrite {
+                    o.data.clear();
+                }
                 o.data.extend_from_slice(&add);
                 o.synced = None;
             }
-            // Mode 0444 files are appended to as root all the same.
-            let mut fh = ctx("open", OpenOptions::new().append(true).open(root.join(&f)))?;
-            ctx("append", fh.write_all(&add))?;
+            // Mode 0444 files are written to as root all the same.
+            let mut fh = ctx(
+                "open",
+                OpenOptions::new()
+                    .append(!rewrite)
+                    .write(rewrite)
+                    .truncate(rewrite)
+                    .open(root.join(&f)),
+            )?;
+            ctx(
+                if rewrite { "rewrite" } else { "append" },
+                fh.write_all(&add),
+            )?;
             if sync {
                 ctx("fsync", fh.sync_all())?;
                 let mut g = m.lock().unwrap();

@@ -246,6 +246,10 @@ pub struct NsStats {
     /// Hard links of new files acknowledged before the store had them.
     #[serde(default)]
     pub linked: u64,
+    /// Truncates to zero of new files acknowledged before the store had them (their data
+    /// dropped, never sent).
+    #[serde(default)]
+    pub truncated: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]

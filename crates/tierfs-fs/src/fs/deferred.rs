@@ -230,14 +230,27 @@ impl<S: Store> Fs<S> {
         r.transpose()
     }
 
-    /// [`Fs::setattr`] of a provisional object (not a size change): deferred (None: not
-    /// deferred, see `Writeback::setattr_deferred`).
+    /// [`Fs::setattr`] of a provisional object (not a size change but to zero): deferred
+    /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
         let wb = self.wb()?;
         let i = self.ns.inodes.get(ino)?;
-        if set.size.is_some() {
-            return None;
+        let mut set = *set;
+        match set.size {
+            None => {}
+            // `ftruncate(fd, 0)`, or O_TRUNC under FUSE no-open, of a new file
+            // (`writeback::ns_truncate`): the rest of the change as any other.
+            Some(0) if is_provisional(i.id()) => {
+                let a = wb.truncate_deferred(&i)?;
+                self.ns.listed_changed(&i);
+                set.size = None;
+                if set == SetAttr::default() {
+                    return Some(Ok(self.shown(ino, self.ns.with_ino(&i, a))));
+                }
+            }
+            Some(_) => return None,
         }
+        let set = &set;
         if !is_provisional(i.id()) {
             // An object of the store (`writeback::ns_chattr`).
             let a = wb.chattr_deferred(&i, set)?;
@@ -279,7 +292,8 @@ impl<S: Store> Fs<S> {
     }
 
     /// An open of a provisional file: no store request (a read that needs the store waits
-    /// for the file there). None for anything else, or an O_TRUNC open (done on the store).
+    /// for the file there). None for anything else, or an O_TRUNC open that cannot be
+    /// deferred (done on the store).
     pub(super) fn open_provisional(&self, ino: u64, flags: i32) -> Result<Option<OpenReply>> {
         if self.wb().is_none() {
             return Ok(None);
@@ -289,8 +303,13 @@ impl<S: Store> Fs<S> {
             return Ok(None);
         }
         if flags & libc::O_TRUNC != 0 {
-            self.drain_ns()?;
-            return Ok(None);
+            // Its data dropped if its create is still queued (`writeback::ns_truncate`);
+            // else the truncate is done on the store.
+            if self.wb().and_then(|wb| wb.truncate_deferred(&i)).is_none() {
+                self.drain_ns()?;
+                return Ok(None);
+            }
+            self.ns.listed_changed(&i);
         }
         let fh = self.data.add_open_file(i, None, flags)?;
         Ok(Some(OpenReply {

@@ -29,6 +29,7 @@ mod ns_record;
 mod ns_remove;
 mod ns_rename;
 mod ns_replay;
+mod ns_truncate;
 mod replay;
 mod reserve;
 mod stats;
@@ -174,6 +175,7 @@ impl<S: Store> Writeback<S> {
                 dropped: g(&c.ns_dropped),
                 removed: g(&c.ns_removed),
                 linked: g(&c.ns_linked),
+                truncated: g(&c.ns_truncated),
             },
             reserve: ReserveStats {
                 reserved_inodes: self.inodes.reserved(),

@@ -22,7 +22,7 @@
 //! before it, as before.
 
 use super::ns_apply::{transient, Applying};
-use super::ns_queue::Job;
+use super::ns_queue::{untaken_create, Job};
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
@@ -84,10 +84,7 @@ impl<S: Store> Writeback<S> {
         let mut q = self.nsq.q.lock();
         // Its create must still be queued and never taken: once the flusher has it, the
         // store may have the object under the old name.
-        let Some(create) = q
-            .iter()
-            .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
-        else {
+        let Some(create) = untaken_create(&q, id) else {
             return Ok(None);
         };
         // Writers of the file wait, as for a deferred rename (`ns_rename`).

@@ -245,6 +245,14 @@ impl<S: Store> NsQueue<S> {
     }
 }
 
+/// Where the create of provisional object `id` is in the queue, if it is still queued and
+/// was never taken by the flusher: until then the store has nothing of the object, so an
+/// operation on it may rewrite or withdraw that create (`ns_link`, `ns_truncate`).
+pub(super) fn untaken_create<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> Option<usize> {
+    q.iter()
+        .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
+}
+
 impl<S: Store> Writeback<S> {
     /// Queues `job`, whose record the caller appended to the journal while holding `q` (so
     /// the queue stays in journal order), and lets the queue go. Only the first of a burst

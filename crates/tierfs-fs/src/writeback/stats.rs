@@ -41,6 +41,8 @@ pub struct WbCounters {
     pub ns_removed: AtomicU64,
     /// Links of files write-back made deferred (`ns_link`).
     pub ns_linked: AtomicU64,
+    /// Truncates to zero of files write-back made deferred (`ns_truncate`).
+    pub ns_truncated: AtomicU64,
     /// Groups the namespace flusher applied (each: its directories synced, one DONE).
     pub ns_groups: AtomicU64,
     /// Deferred operations the store refused (a name made by someone else first, a
