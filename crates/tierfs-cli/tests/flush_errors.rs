@@ -40,6 +40,12 @@ fn flush_errors_are_kept_retried_and_reported() {
             .truncate(true)
             .open(mnt.join("f"))
             .unwrap();
+        // Its create on the store (write-back may defer it, and creates fail with writes),
+        // then opened again: the close of a deferred create's descriptor sends no FLUSH to
+        // report errors at (docs/writeback.md), an open of the store's file does.
+        f.sync_all().unwrap();
+        drop(f);
+        let f = OpenOptions::new().write(true).open(mnt.join("f")).unwrap();
         // The store fails every write from here on; the application's writes still succeed.
         faults.fail(OpClass::Write, Some(libc::EIO));
         write_all_at(&f, &data, 0).unwrap();
@@ -85,5 +91,28 @@ fn flush_errors_are_kept_retried_and_reported() {
             w.flush_errors,
             want.len()
         );
+
+        // A file whose create was deferred and fails on the store (a create is a write):
+        // fsync reports the failure instead of waiting for as long as the store fails, the
+        // create stays queued, and once the store works an fsync makes file and data durable.
+        let g = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(mnt.join("g"))
+            .unwrap();
+        faults.fail(OpClass::Write, Some(libc::EIO));
+        write_all_at(&g, b"made late", 0).unwrap();
+        let t = Instant::now();
+        let err = g
+            .sync_all()
+            .expect_err("fsync must report the failed create");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert!(!backing.join("g").exists());
+        assert_eq!(std::fs::read(mnt.join("g")).unwrap(), b"made late");
+        faults.fail(OpClass::Write, None);
+        g.sync_all().unwrap();
+        assert_eq!(std::fs::read(backing.join("g")).unwrap(), b"made late");
     });
 }

@@ -115,3 +115,65 @@ fn a_truncate_of_a_new_file_returns_before_the_store_has_it() {
         "nothing went to journal/lost"
     );
 }
+
+/// With the default `meta.ttl` (1 s) a directory's listing expires, and write-back used to
+/// defer a create only where a fresh listing said the name was free: every create after the
+/// first second waited for all deferred operations and went to the store. The kernel's lookup
+/// just before the create asked the store, whose "no such name" says as much
+/// (`namespace/absent.rs`): the creates are deferred, and a name someone else made meanwhile
+/// is still found (it is not created over).
+#[test]
+fn a_create_the_store_just_said_is_free_is_deferred_after_the_listing_expired() {
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    std::fs::create_dir(backing.join("out")).unwrap();
+    std::fs::write(backing.join("out/old"), b"old").unwrap();
+    m.mount(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing) = (mnt.clone(), backing.clone());
+        move || {
+            let out = mnt.join("out");
+            assert_eq!(sorted_names(&out), ["old"]);
+            std::thread::sleep(Duration::from_millis(1500));
+            // Made behind our back: found, never created over.
+            std::fs::write(backing.join("out/theirs"), b"theirs").unwrap();
+            let w0 = stat_of(&mnt, "writeback.namespace.waits");
+            for k in 0..5 {
+                std::fs::write(out.join(format!("new{k}")), format!("new {k}")).unwrap();
+            }
+            assert_eq!(std::fs::read(out.join("theirs")).unwrap(), b"theirs");
+            assert_eq!(
+                stat_of(&mnt, "writeback.namespace.waits"),
+                w0,
+                "a create waited"
+            );
+            assert!(
+                !backing.join("out/new0").exists(),
+                "the store has nothing until the flusher comes"
+            );
+            File::open(&out).unwrap().sync_all().unwrap();
+            for k in 0..5 {
+                assert_eq!(
+                    std::fs::read(out.join(format!("new{k}"))).unwrap(),
+                    format!("new {k}").as_bytes()
+                );
+                File::open(out.join(format!("new{k}")))
+                    .unwrap()
+                    .sync_all()
+                    .unwrap();
+                assert_eq!(
+                    std::fs::read(backing.join(format!("out/new{k}"))).unwrap(),
+                    format!("new {k}").as_bytes()
+                );
+            }
+            assert_eq!(
+                std::fs::read(backing.join("out/theirs")).unwrap(),
+                b"theirs"
+            );
+        }
+    });
+}

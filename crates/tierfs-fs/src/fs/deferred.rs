@@ -280,8 +280,12 @@ impl<S: Store> Fs<S> {
     /// a provisional object (a size change of it) waits to be on the store, a directory
     /// for the names still on their way into it, which would move its times after this, and
     /// an object of the store for its deferred setattrs, which would undo this one.
-    pub(super) fn before_setattr(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
+    pub(super) fn before_setattr(&self, i: &Arc<Inode<St<S>>>, set: &SetAttr) -> Result<()> {
         let Some(wb) = self.wb() else { return Ok(()) };
+        if is_provisional(i.id()) && i.kind == FileKind::File && is_truncate(set) {
+            // The file's own operations (`writeback::ns_truncate`).
+            return wb.settle_for_truncate(i);
+        }
         if is_provisional(i.id())
             || (i.kind == FileKind::Dir && wb.creates_queued_in(i.id()))
             || wb.chattr_pending(i.ino)
@@ -305,8 +309,9 @@ impl<S: Store> Fs<S> {
         if flags & libc::O_TRUNC != 0 {
             // Its data dropped if its create is still queued (`writeback::ns_truncate`);
             // else the truncate is done on the store.
-            if self.wb().and_then(|wb| wb.truncate_deferred(&i)).is_none() {
-                self.drain_ns()?;
+            let Some(wb) = self.wb() else { return Ok(None) };
+            if wb.truncate_deferred(&i).is_none() {
+                wb.settle_for_truncate(&i)?;
                 return Ok(None);
             }
             self.ns.listed_changed(&i);
@@ -326,4 +331,10 @@ impl<S: Store> Fs<S> {
         let i = self.ns.inodes.get(ino)?;
         self.ns.prov.attr(i.id()).map(|_| Errno(libc::ENODATA))
     }
+}
+
+/// Whether `set` is a truncate: a size, with the times it moves (a mode or owner change with
+/// it takes the general path).
+fn is_truncate(set: &SetAttr) -> bool {
+    set.size.is_some() && set.mode.is_none() && set.uid.is_none() && set.gid.is_none()
 }

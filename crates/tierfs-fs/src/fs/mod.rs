@@ -308,7 +308,7 @@ impl<S: Store> Fs<S> {
                 wb.note_dirty_mtime(&i, m);
             }
         }
-        self.before_setattr(&i)?;
+        self.before_setattr(&i, set)?;
         let a = self.data.setattr(&i, fh, set);
         self.ns.listed_changed(&i);
         let a = a?;

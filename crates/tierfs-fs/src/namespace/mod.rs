@@ -8,6 +8,7 @@
 //! the kernel's retry), `attrs` (symlinks, xattrs, statfs), `persisted` (which listings in
 //! the SSD tier are current).
 
+mod absent;
 mod attrs;
 mod entry_attrs;
 mod estale;
@@ -84,6 +85,8 @@ pub(crate) struct Namespace<S: Store> {
     /// The directory of the last unlink that had to look its victim up on the store, and
     /// what that led to (see `names::PinLookups`).
     pin_lookups: parking_lot::Mutex<names::PinLookups>,
+    /// Names the store said moments ago it does not have (see `absent`).
+    absent: absent::Absent,
 }
 
 impl<S: Store> Namespace<S> {
@@ -110,6 +113,7 @@ impl<S: Store> Namespace<S> {
             listing_changes: AtomicU64::new(0),
             listing_stamps: DashMap::new(),
             pin_lookups: parking_lot::Mutex::new(names::PinLookups::default()),
+            absent: absent::Absent::default(),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());
@@ -161,6 +165,7 @@ impl<S: Store> Namespace<S> {
         mut attr: Attr,
         fetched: Instant,
     ) -> Entry {
+        self.made_name(parent.id(), name);
         let newest = self.meta.put_attr_fetched(&attr, fetched);
         let inode = self
             .inodes
@@ -209,7 +214,15 @@ impl<S: Store> Namespace<S> {
             None => {
                 // Stamped with when it was asked for (see `FileState::own_change`).
                 let fetched = Instant::now();
-                let (node, attr) = self.sh.store.lookup(&self.node(&p)?, name)?;
+                let (node, attr) = match self.sh.store.lookup(&self.node(&p)?, name) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if e == Errno::ENOENT {
+                            self.absent.note(p.id(), name, fetched);
+                        }
+                        return Err(e);
+                    }
+                };
                 // A name the listing lacked (created behind our back): it has it now.
                 self.meta.learn_name(p.id(), name, &attr);
                 self.entry_fetched(&p, name, node, attr, fetched)
@@ -298,6 +311,7 @@ impl<S: Store> Namespace<S> {
         let inode = self
             .inodes
             .remember_lazy(parent.clone(), name, &attr, Instant::now());
+        self.made_name(parent.id(), name);
         self.prov
             .add(inode.clone(), attr, parent.id(), name, target);
         let e = Entry {

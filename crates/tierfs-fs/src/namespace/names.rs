@@ -96,9 +96,25 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Whether `name` is known to be free in directory `p` of the store: a fresh listing
-    /// lacks it (write-back then defers a create or a rename to it).
+    /// lacks it, or the store said so within `meta.ttl` (see `absent`). Write-back then
+    /// defers a create, link or rename to it.
     pub(crate) fn name_free(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> bool {
-        matches!(self.meta.lookup(p.id(), name), NameLookup::Absent)
+        match self.meta.lookup(p.id(), name) {
+            NameLookup::Absent => true,
+            NameLookup::Found(_) => false,
+            NameLookup::Unknown => {
+                self.absent
+                    .since(p.id(), name)
+                    .is_some_and(|t| t.elapsed() < self.meta.ttl())
+                    && !self.meta.listing_has(p.id(), name)
+            }
+        }
+    }
+
+    /// `dir/name` exists from now on, made by us or found by a lookup: no longer known to
+    /// be absent (see `absent`).
+    pub(crate) fn made_name(&self, dir: Ident, name: &OsStr) {
+        self.absent.forget(dir, name);
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {

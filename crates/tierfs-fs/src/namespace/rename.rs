@@ -53,6 +53,7 @@ impl<S: Store> Namespace<S> {
         }
         self.meta.remove_name(p.id(), name);
         self.meta.remove_name(np.id(), newname);
+        self.made_name(np.id(), newname);
         if let Some(v) = victim.filter(|_| !exchange) {
             self.unnamed(v, &np, newname);
         }

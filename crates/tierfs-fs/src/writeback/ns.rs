@@ -62,11 +62,11 @@ impl<S: Store> Writeback<S> {
 
     /// The namespace flusher: takes what is queued (up to [`GROUP_MAX`]), applies it in
     /// order, syncs each directory it touched once, records one DONE, publishes.
-    fn ns_flusher_loop(wb: Weak<Writeback<S>>) {
+    fn ns_flusher_loop(weak: Weak<Writeback<S>>) {
         let mut made: Vec<(Ident, Made<S>)> = Vec::new();
         let mut backoff = Duration::ZERO;
         loop {
-            let Some(wb) = wb.upgrade() else { return };
+            let Some(wb) = weak.upgrade() else { return };
             let batch: Vec<Job<S>> = {
                 let mut q = wb.nsq.q.lock();
                 if q.is_empty() {
@@ -103,6 +103,7 @@ impl<S: Store> Writeback<S> {
             let last = batch.last().map_or(0, |j| j.seq());
             if let Err(e) = wb.journal.sync(last) {
                 tracing::error!("write-back journal: {e}");
+                wb.ns_failed(tierfs_store::Errno::EIO);
                 let mut q = wb.nsq.q.lock();
                 for j in batch.into_iter().rev() {
                     q.push_front(j);
@@ -162,12 +163,10 @@ impl<S: Store> Writeback<S> {
             } else {
                 // Nothing could be applied: the store is gone or failing. Wait, then retry.
                 backoff = (backoff * 2).clamp(Duration::from_millis(100), wb.cfg.retry_max);
-                let stop = wb.stop.load(Acquire);
                 drop(wb);
-                if stop {
+                if !Writeback::ns_backoff(&weak, backoff) {
                     return;
                 }
-                std::thread::sleep(backoff);
             }
         }
     }
@@ -215,6 +214,7 @@ impl<S: Store> Writeback<S> {
         if let Err(e) = synced.into_inner() {
             tracing::warn!("write-back: syncing a directory failed ({e}); will retry");
             self.c.ns_errors.fetch_add(1, Relaxed);
+            self.ns_failed(e);
             return (None, batch, Vec::new(), Vec::new());
         }
         {

@@ -86,6 +86,7 @@ impl<S: Store> Writeback<S> {
                     "write-back: a namespace operation failed ({e}); kept in the journal, will retry"
                 );
                 self.c.ns_errors.fetch_add(1, Relaxed);
+                self.ns_failed(e);
                 false
             }
         }

@@ -105,8 +105,9 @@ impl<S: Store> Writeback<S> {
             // create.)
             ProvLookup::Absent | ProvLookup::Hidden => {}
             ProvLookup::NotHere => {
-                // A directory of the store: only a fresh listing without the name says it is
-                // free (the kernel's lookup just before asked the store, with `meta.cto`).
+                // A directory of the store: a fresh listing without the name, or the store's
+                // own answer to the kernel's lookup just before (`namespace::absent`), says
+                // it is free.
                 if is_provisional(p.id()) || !self.ns.name_free(p, name) {
                     return Ok(None);
                 }
@@ -457,38 +458,6 @@ impl<S: Store> Writeback<S> {
             }
         }
         self.settle_clean(i);
-    }
-
-    /// Waits until every namespace operation deferred so far is on the store (or refused):
-    /// before an operation that is not deferred, an fsync, a listing, unmount.
-    pub(crate) fn drain_ns(&self) -> Result<()> {
-        self.drain_ns_to(self.nsq.appended.load(Acquire))
-    }
-
-    /// [`Writeback::drain_ns`] of the operations up to `target` (see `ns_narrow`).
-    pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
-        let mut g = self.nsq.applied.lock();
-        if *g >= target {
-            return Ok(());
-        }
-        self.nsq.urgent.fetch_max(target, AcqRel);
-        let t = Instant::now();
-        let mut r = Ok(());
-        while *g < target {
-            if self.stop.load(Acquire) {
-                r = Err(Errno::EIO);
-                break;
-            }
-            self.nsq.wake.notify_one();
-            self.nsq
-                .applied_cv
-                .wait_for(&mut g, Duration::from_millis(100));
-        }
-        self.c.ns_waits.fetch_add(1, Relaxed);
-        self.c
-            .ns_wait_ms
-            .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
-        r
     }
 
     /// How many directory shadows were dropped so far: a reader that saw this move while it

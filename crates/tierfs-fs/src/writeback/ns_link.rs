@@ -108,6 +108,7 @@ impl<S: Store> Writeback<S> {
         drop(_w);
         let now = TimeSpec::now();
         let attr = self.ns.prov.link(id, newname, now);
+        self.ns.made_name(newp.id(), newname);
         self.dir_changed(newp.id(), |a| {
             a.mtime = now;
             a.ctime = now;

@@ -63,6 +63,7 @@ impl<S: Store> Writeback<S> {
         let seq = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)?;
         self.ns.prov.hide(p.id(), name);
         self.ns.prov.rename(id, p.id(), newname);
+        self.ns.made_name(p.id(), newname);
         inode.moved_to(p.clone(), newname);
         drop(dirty);
         drop(_w);

@@ -10,10 +10,12 @@ use crate::shared::St;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tierfs_store::{Attr, FileKind, SetAttr, Store};
+use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 /// Most records one group applies before its directories are synced and a DONE recorded.
 pub(super) const GROUP_MAX: usize = 1024;
@@ -221,6 +223,11 @@ pub(crate) struct NsQueue<S: Store> {
     pub(super) attrs_unshadowed: AtomicU64,
     /// Group times, ms, the last 256 (for the median and p99 in stats).
     pub(super) group_ms: Mutex<VecDeque<u64>>,
+    /// Failed attempts to apply queued operations so far, and the last one's error (see
+    /// `drain_ns_to`).
+    pub(super) failures: Mutex<(u64, Option<Errno>)>,
+    /// A drain waits: a flusher in its backoff after a failure tries again at once.
+    pub(super) retry_now: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Store> NsQueue<S> {
@@ -241,19 +248,97 @@ impl<S: Store> NsQueue<S> {
             attrs_shadowed: std::sync::atomic::AtomicBool::new(false),
             attrs_unshadowed: AtomicU64::new(0),
             group_ms: Mutex::new(VecDeque::new()),
+            failures: Mutex::new((0, None)),
+            retry_now: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
 
 /// Where the create of provisional object `id` is in the queue, if it is still queued and
 /// was never taken by the flusher: until then the store has nothing of the object, so an
-/// operation on it may rewrite or withdraw that create (`ns_link`, `ns_truncate`).
+/// operation on it may rewrite that create (`ns_link`, `ns_rename`).
 pub(super) fn untaken_create<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> Option<usize> {
     q.iter()
         .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
 }
 
 impl<S: Store> Writeback<S> {
+    /// Waits until every namespace operation deferred so far is on the store (or refused):
+    /// before an operation that is not deferred, an fsync, a listing, unmount.
+    pub(crate) fn drain_ns(&self) -> Result<()> {
+        self.drain_ns_to(self.nsq.appended.load(Acquire))
+    }
+
+    /// [`Writeback::drain_ns`] of the operations up to `target` (see `ns_narrow`). The
+    /// store's error if an attempt to apply them fails while this waits (they stay queued
+    /// and are retried): an fsync or an operation done on the store after them then fails,
+    /// as it would in write-through, instead of waiting for as long as the store fails.
+    pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
+        let mut g = self.nsq.applied.lock();
+        if *g >= target {
+            return Ok(());
+        }
+        self.nsq.urgent.fetch_max(target, AcqRel);
+        let failed_before = self.nsq.failures.lock().0;
+        // A flusher waiting out its backoff after a failure tries again now.
+        self.nsq.retry_now.store(true, Release);
+        let t = Instant::now();
+        let mut r = Ok(());
+        while *g < target {
+            if self.stop.load(Acquire) {
+                r = Err(Errno::EIO);
+                break;
+            }
+            if let (n, Some(e)) = *self.nsq.failures.lock() {
+                if n != failed_before {
+                    r = Err(e);
+                    break;
+                }
+            }
+            self.nsq.wake.notify_one();
+            self.nsq
+                .applied_cv
+                .wait_for(&mut g, Duration::from_millis(100));
+        }
+        self.c.ns_waits.fetch_add(1, Relaxed);
+        self.c
+            .ns_wait_ms
+            .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
+        r
+    }
+
+    /// An attempt to apply queued operations failed with `e` (they stay queued): drains
+    /// waiting now return it.
+    pub(super) fn ns_failed(&self, e: Errno) {
+        let mut f = self.nsq.failures.lock();
+        f.0 += 1;
+        f.1 = Some(e);
+        drop(f);
+        self.nsq.applied_cv.notify_all();
+    }
+
+    /// The namespace flusher's wait after a failed attempt: `backoff`, or less if a drain
+    /// asks for a retry (an fsync wants to know now whether the store works again). False:
+    /// stop (the mount is going away).
+    pub(super) fn ns_backoff(wb: &std::sync::Weak<Self>, backoff: Duration) -> bool {
+        let until = Instant::now() + backoff;
+        loop {
+            let Some(wb) = wb.upgrade() else { return false };
+            if wb.stop.load(Acquire) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until || wb.nsq.retry_now.swap(false, AcqRel) {
+                return true;
+            }
+            // In slices, so that the flusher holds the mount for no longer.
+            let mut q = wb.nsq.q.lock();
+            wb.nsq
+                .wake
+                .wait_for(&mut q, (until - now).min(Duration::from_millis(200)));
+        }
+    }
+
     /// Queues `job`, whose record the caller appended to the journal while holding `q` (so
     /// the queue stays in journal order), and lets the queue go. Only the first of a burst
     /// wakes the flusher: it lets the rest gather (`gather_wait`).

@@ -23,7 +23,7 @@
 //! come later) names the old path, which replay then gives the data (`ns_replay`).
 
 use super::ns_defer::{claim_withdrawal, give_back};
-use super::ns_queue::Job;
+use super::ns_queue::{untaken_create, Job};
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
@@ -162,10 +162,7 @@ impl<S: Store> Writeback<S> {
         // Its create must still be queued: once the flusher has it, it may be on the store
         // under the old name, and a rename in its directory to a free name is queued for the
         // store instead (`ns_move`).
-        let Some(create) = q
-            .iter()
-            .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
-        else {
+        let Some(create) = untaken_create(&q, id) else {
             if moves || target.is_some() {
                 return not("its create is taken, and it moves away or over a name");
             }
@@ -266,6 +263,7 @@ impl<S: Store> Writeback<S> {
             });
         }
         self.ns.prov.rename(id, newp.id(), newname);
+        self.ns.made_name(newp.id(), newname);
         // The directories and the object as the application now sees them: times moved.
         let now = tierfs_store::TimeSpec::now();
         let touch = |a: &mut tierfs_store::Attr| {

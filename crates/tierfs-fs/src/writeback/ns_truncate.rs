@@ -1,27 +1,31 @@
-//! A deferred truncate to zero (see `ns`) of a file write-back made whose create the
-//! namespace flusher has not taken yet: an `open(O_TRUNC)` or `ftruncate(fd, 0)` of a file
-//! written moments before (a build step writing its output twice, `std::fs::write` over a
-//! new file, a log rotated at once). It used to wait for every deferred operation before it,
-//! the file's create on the store and its data's flush, then truncate the store file.
+//! A deferred truncate to zero (see `ns`) of a file write-back made and has not published
+//! yet: an `open(O_TRUNC)` or `ftruncate(fd, 0)` of a file written moments before (a build
+//! step writing its output twice, `std::fs::write` over a new file, a log rotated at once).
+//! It used to wait for every deferred operation before it, the file's create on the store
+//! and its data's flush, then truncate the store file.
 //!
-//! Such a file has nothing on the store yet (its create makes it empty), so truncating it is
-//! dropping its dirty data: the data is discarded, a DROP record up to its last write tells
-//! replay to skip that data (the create is replayed, then only the writes after the DROP),
-//! and the file shows size 0 at once. The store gets the create and what was written after
-//! the truncate, nothing else.
+//! None of such a file's data is on the store: the data flushers leave a file alone until
+//! the namespace flusher publishes it (after its create is applied and no job of it is
+//! queued), and it publishes under the queue's lock, which this holds. The store has no
+//! object or an empty one, made by the create. So truncating the file is dropping its dirty
+//! data: the data is discarded, a DROP record up to its last write tells replay to skip it
+//! (the create is replayed if it was not applied, then only the writes after the DROP), and
+//! the file shows size 0 at once. The store gets the create and what was written after the
+//! truncate, nothing else.
 //!
 //! Kept narrow: size 0 only (a shorter or longer size would need a record of its own for
-//! replay), of a regular file whose create is still queued and never taken, with one name.
-//! Anything else is done on the store after the deferred operations before it, as before.
+//! replay), of a regular file with one name whose create the store has not refused.
+//! Any other truncate of a new file is done on the store once the file's own operations are
+//! there (`settle_for_truncate`): not after everything deferred before it, which on a slow
+//! store was seconds of other files' creates.
 
-use super::ns_queue::untaken_create;
 use super::Writeback;
 use crate::inode::Inode;
 use crate::namespace::is_provisional;
 use crate::shared::St;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use tierfs_store::{Attr, FileKind, Store, TimeSpec};
+use tierfs_store::{Attr, FileKind, Result, Store, TimeSpec};
 
 impl<S: Store> Writeback<S> {
     /// Truncates provisional file `inode` to zero bytes without the store (see the module
@@ -36,11 +40,11 @@ impl<S: Store> Writeback<S> {
         if self.ns.prov.alias(id).is_some() || self.ns.prov.failure(id).is_some() {
             return None;
         }
-        // Under the queue's lock: the flusher cannot take the create meanwhile, and the data
-        // flushers leave a file alone until its create is applied, so none of its data is
-        // on its way to the store.
+        // Under the queue's lock the flusher cannot publish it (see the module comment).
         let q = self.nsq.q.lock();
-        untaken_create(&q, id)?;
+        if !is_provisional(inode.id()) {
+            return None;
+        }
         // Writers of the file wait: a write after the DROP is kept, one before it dropped.
         let _w = st.rw.write();
         let upto = st
@@ -73,5 +77,25 @@ impl<S: Store> Writeback<S> {
         drop(q);
         self.c.ns_truncated.fetch_add(1, Relaxed);
         attr
+    }
+
+    /// Before a truncate of provisional file `inode` done on the store (one
+    /// [`Writeback::truncate_deferred`] declined): the operations it depends on are there.
+    /// Those are the file's own (its create, and what is queued of it after): a truncate
+    /// changes nothing another name or directory holds. The rest stays queued, its records
+    /// made durable first, so that a crash cannot leave the store with the truncate and
+    /// without operations the application made before it (as `ns_narrow` does).
+    pub(crate) fn settle_for_truncate(&self, inode: &Arc<Inode<St<S>>>) -> Result<()> {
+        let id = inode.id();
+        let upto = {
+            let q = self.nsq.q.lock();
+            q.iter()
+                .filter(|j| j.inode().id() == id)
+                .map(|j| j.seq())
+                .max()
+        };
+        // None: its create was taken by the flusher (applied with its group).
+        self.drain_ns_to(upto.unwrap_or(id.1).max(id.1))?;
+        self.sync_deferred()
     }
 }
