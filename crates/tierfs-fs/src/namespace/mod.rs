@@ -19,7 +19,7 @@ mod provisional;
 mod rename;
 
 pub use listing::DirOpen;
-pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV};
+pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV, STALL_PATIENCE};
 
 use crate::identity::Ident;
 use crate::inode::{Inode, InodeTable};

@@ -65,7 +65,16 @@ struct Inner<T: Store> {
     /// yet (`writeback::ns_move`), or an object of the store unlinked by a removal not applied
     /// yet (`writeback::ns_remove`). Counted: a name may be left by several queued moves.
     hidden: FxHashMap<(Ident, OsString), u32>,
+    /// The store fails the namespace flusher's attempts (the last error): see
+    /// [`Provisional::wait`].
+    stalled: Option<Errno>,
 }
+
+/// How long a wait for an object to be made on the store lasts while the store fails to
+/// make it before it returns the store's error: a network blip or a store restarting is
+/// waited out, a store that keeps failing is reported within seconds instead of hanging the
+/// caller (an unmount gives up 8 s after the drain's last progress, by the same reasoning).
+pub const STALL_PATIENCE: Duration = Duration::from_secs(5);
 
 pub struct Provisional<T: Store> {
     inner: Mutex<Inner<T>>,
@@ -101,6 +110,7 @@ impl<T: Store> Provisional<T> {
                 names: FxHashMap::default(),
                 failed: FxHashMap::default(),
                 hidden: FxHashMap::default(),
+                stalled: None,
             }),
             changed: Condvar::new(),
             count: AtomicUsize::new(0),
@@ -316,9 +326,13 @@ impl<T: Store> Provisional<T> {
     pub fn wait(&self, id: Ident) -> Result<()> {
         let mut g = self.inner.lock();
         self.waiters.fetch_add(1, Relaxed);
+        let t = std::time::Instant::now();
         let r = loop {
             if let Some(e) = g.failed.get(&id) {
                 break Err(*e);
+            }
+            if let Some(e) = g.stalled.filter(|_| t.elapsed() >= STALL_PATIENCE) {
+                break Err(e);
             }
             if !g.objs.contains_key(&id) {
                 break Ok(());
@@ -330,6 +344,17 @@ impl<T: Store> Provisional<T> {
         };
         self.waiters.fetch_sub(1, Relaxed);
         r
+    }
+
+    /// The namespace flusher's last attempt failed with `e` (the store is failing: waits
+    /// give up after [`STALL_PATIENCE`]), or None: it applied everything it took.
+    pub fn stalled(&self, e: Option<Errno>) {
+        let mut g = self.inner.lock();
+        if g.stalled != e {
+            g.stalled = e;
+            drop(g);
+            self.changed.notify_all();
+        }
     }
 
     /// Someone waits for an object to be made on the store.

@@ -254,6 +254,10 @@ impl<S: Store> NsQueue<S> {
     }
 }
 
+/// How long a drain waits for operations the store fails to take before it returns the
+/// store's error (see `Writeback::drain_ns_to`): as long as a wait for one object.
+pub(super) const DRAIN_PATIENCE: Duration = crate::namespace::STALL_PATIENCE;
+
 /// Where the create of provisional object `id` is in the queue, if it is still queued and
 /// was never taken by the flusher: until then the store has nothing of the object, so an
 /// operation on it may rewrite that create (`ns_link`, `ns_rename`).
@@ -270,9 +274,10 @@ impl<S: Store> Writeback<S> {
     }
 
     /// [`Writeback::drain_ns`] of the operations up to `target` (see `ns_narrow`). The
-    /// store's error if an attempt to apply them fails while this waits (they stay queued
-    /// and are retried): an fsync or an operation done on the store after them then fails,
-    /// as it would in write-through, instead of waiting for as long as the store fails.
+    /// store's error if attempts to apply them fail while this waits and it has waited
+    /// [`DRAIN_PATIENCE`] (they stay queued and are retried): an fsync or an operation done
+    /// on the store after them then fails, as it would in write-through, instead of waiting
+    /// for as long as the store fails; a store that fails for a moment is waited for.
     pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
         let mut g = self.nsq.applied.lock();
         if *g >= target {
@@ -290,7 +295,7 @@ impl<S: Store> Writeback<S> {
                 break;
             }
             if let (n, Some(e)) = *self.nsq.failures.lock() {
-                if n != failed_before {
+                if n != failed_before && t.elapsed() >= DRAIN_PATIENCE {
                     r = Err(e);
                     break;
                 }
@@ -315,6 +320,7 @@ impl<S: Store> Writeback<S> {
         f.1 = Some(e);
         drop(f);
         self.nsq.applied_cv.notify_all();
+        self.ns.prov.stalled(Some(e));
     }
 
     /// The namespace flusher's wait after a failed attempt: `backoff`, or less if a drain

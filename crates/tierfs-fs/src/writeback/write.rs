@@ -256,7 +256,17 @@ impl<S: Store> Writeback<S> {
     ) -> Result<Bytes> {
         loop {
             let gen = of.state.flush_gen.load(Acquire);
-            let base = self.data.read(of, offset, size)?;
+            // A file whose create is deferred has nothing on the store (its data waits for
+            // it to be published, see `ns_truncate`): no need to wait for the store, which
+            // may be failing. Held off (`rw`) meanwhile, a flusher cannot take dirty bytes
+            // between that check and the overlay below.
+            let mut held = Some(of.state.rw.read());
+            let base = if crate::namespace::is_provisional(of.inode.id()) {
+                Bytes::new()
+            } else {
+                held = None;
+                self.data.read(of, offset, size)?
+            };
             let g = of.state.dirty.lock();
             // A flush that finished meanwhile may have taken dirty bytes that `base`
             // (read before it wrote them) does not hold yet: read again.
@@ -270,6 +280,7 @@ impl<S: Store> Writeback<S> {
             let mut buf = base.to_vec();
             buf.resize(len, 0);
             d.overlay(offset, &mut buf);
+            drop(held);
             return Ok(Bytes::from(buf));
         }
     }
