@@ -316,7 +316,9 @@ impl<S: Store> Fs<S> {
             }
             self.ns.listed_changed(&i);
         }
-        let fh = self.data.add_open_file(i, None, flags)?;
+        // Truncated now: the backing handle, opened on first need (after the file's create,
+        // perhaps after data flushed there), must not truncate it again.
+        let fh = self.data.add_open_file(i, None, flags & !libc::O_TRUNC)?;
         Ok(Some(OpenReply {
             fh,
             keep_cache: false,
