@@ -357,6 +357,12 @@ impl<T: Store> Provisional<T> {
         }
     }
 
+    /// The error of the namespace flusher's last attempt, while the store fails (see
+    /// [`Provisional::stalled`]).
+    pub fn stalled_error(&self) -> Option<Errno> {
+        self.inner.lock().stalled
+    }
+
     /// Someone waits for an object to be made on the store.
     pub fn awaited(&self) -> bool {
         self.waiters.load(Relaxed) > 0

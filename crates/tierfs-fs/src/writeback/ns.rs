@@ -117,8 +117,7 @@ impl<S: Store> Writeback<S> {
             let (done_upto, rest, removals, chattrs) = wb.apply_group(batch, &mut made);
             if rest.is_empty() {
                 wb.ns.prov.stalled(None);
-            }
-            if !rest.is_empty() {
+            } else {
                 // Put back in front, in order: nothing after a failed operation goes first.
                 // A create put back may be on the store already (made after the failure, or
                 // before a directory sync that failed).

@@ -223,9 +223,6 @@ pub(crate) struct NsQueue<S: Store> {
     pub(super) attrs_unshadowed: AtomicU64,
     /// Group times, ms, the last 256 (for the median and p99 in stats).
     pub(super) group_ms: Mutex<VecDeque<u64>>,
-    /// Failed attempts to apply queued operations so far, and the last one's error (see
-    /// `drain_ns_to`).
-    pub(super) failures: Mutex<(u64, Option<Errno>)>,
     /// A drain waits: a flusher in its backoff after a failure tries again at once.
     pub(super) retry_now: std::sync::atomic::AtomicBool,
 }
@@ -248,15 +245,10 @@ impl<S: Store> NsQueue<S> {
             attrs_shadowed: std::sync::atomic::AtomicBool::new(false),
             attrs_unshadowed: AtomicU64::new(0),
             group_ms: Mutex::new(VecDeque::new()),
-            failures: Mutex::new((0, None)),
             retry_now: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
-
-/// How long a drain waits for operations the store fails to take before it returns the
-/// store's error (see `Writeback::drain_ns_to`): as long as a wait for one object.
-pub(super) const DRAIN_PATIENCE: Duration = crate::namespace::STALL_PATIENCE;
 
 /// Where the create of provisional object `id` is in the queue, if it is still queued and
 /// was never taken by the flusher: until then the store has nothing of the object, so an
@@ -274,17 +266,17 @@ impl<S: Store> Writeback<S> {
     }
 
     /// [`Writeback::drain_ns`] of the operations up to `target` (see `ns_narrow`). The
-    /// store's error if attempts to apply them fail while this waits and it has waited
-    /// [`DRAIN_PATIENCE`] (they stay queued and are retried): an fsync or an operation done
-    /// on the store after them then fails, as it would in write-through, instead of waiting
-    /// for as long as the store fails; a store that fails for a moment is waited for.
+    /// store's error if the flusher's attempts still fail once this has waited
+    /// `STALL_PATIENCE`, as a wait for one new object does (`Provisional::wait`; they stay
+    /// queued and are retried): an fsync or an operation done on the store after them then
+    /// fails, as it would in write-through, instead of waiting for as long as the store
+    /// fails; a store that fails for a moment is waited for.
     pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
         let mut g = self.nsq.applied.lock();
         if *g >= target {
             return Ok(());
         }
         self.nsq.urgent.fetch_max(target, AcqRel);
-        let failed_before = self.nsq.failures.lock().0;
         // A flusher waiting out its backoff after a failure tries again now.
         self.nsq.retry_now.store(true, Release);
         let t = Instant::now();
@@ -294,11 +286,14 @@ impl<S: Store> Writeback<S> {
                 r = Err(Errno::EIO);
                 break;
             }
-            if let (n, Some(e)) = *self.nsq.failures.lock() {
-                if n != failed_before && t.elapsed() >= DRAIN_PATIENCE {
-                    r = Err(e);
-                    break;
-                }
+            if let Some(e) = self
+                .ns
+                .prov
+                .stalled_error()
+                .filter(|_| t.elapsed() >= crate::namespace::STALL_PATIENCE)
+            {
+                r = Err(e);
+                break;
             }
             self.nsq.wake.notify_one();
             self.nsq
@@ -312,15 +307,11 @@ impl<S: Store> Writeback<S> {
         r
     }
 
-    /// An attempt to apply queued operations failed with `e` (they stay queued): drains
-    /// waiting now return it.
+    /// An attempt to apply queued operations failed with `e` (they stay queued): drains and
+    /// waits for new objects return it once they have waited long enough.
     pub(super) fn ns_failed(&self, e: Errno) {
-        let mut f = self.nsq.failures.lock();
-        f.0 += 1;
-        f.1 = Some(e);
-        drop(f);
-        self.nsq.applied_cv.notify_all();
         self.ns.prov.stalled(Some(e));
+        self.nsq.applied_cv.notify_all();
     }
 
     /// The namespace flusher's wait after a failed attempt: `backoff`, or less if a drain
