@@ -31,9 +31,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use seq_gate::SeqGate;
-use std::sync::atomic::{
-    AtomicU32, AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
-};
+use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use tierfs_cache::{BlockKey, SingleFlight};
 use tierfs_store::{Errno, Result, Store};
@@ -98,7 +96,7 @@ pub(crate) struct Objects<S: Store> {
     /// `readahead.max`, which may change at run time (`tierfs ctl set`).
     pub readahead_max: AtomicU64,
     /// The depth sequential streams of this store settled on last (see `stream_depth`).
-    pub seq_depth: AtomicU32,
+    pub seq_depth: crate::stream_depth::StoreDepth,
     /// Directories being walked in listing order, and the threads that load the files
     /// ahead of a walk (`siblings`; `prefetch.files`, `prefetch.max_file`).
     walks: siblings::Walks,
@@ -127,7 +125,7 @@ impl<S: Store> Objects<S> {
             flights: SingleFlight::new(Err(FetchError::Errno(Errno::EIO))),
             ra_pool: Pool::new("tierfs-ra", sh.cfg.readahead_threads),
             readahead_max: AtomicU64::new(sh.cfg.readahead_max),
-            seq_depth: AtomicU32::new(1),
+            seq_depth: Default::default(),
             walks: Default::default(),
             prefetch_pool: Pool::new("tierfs-pf", PREFETCH_THREADS),
             prefetch_files: std::sync::atomic::AtomicUsize::new(sh.cfg.prefetch_files),

@@ -75,9 +75,7 @@ impl<S: Store> Objects<S> {
             }
             let depth = ra
                 .probe
-                .get_or_insert_with(|| {
-                    DepthProbe::new(self.seq_depth.load(Relaxed), self.sh.cfg.readahead_depth)
-                })
+                .get_or_insert_with(|| self.seq_depth.probe(self.sh.cfg.readahead_depth))
                 .level() as u64;
             // Room for `depth` chunks in flight, within `readahead.max`.
             ra.window = (ra.window * 2).clamp(4, max_blocks.max(4));
@@ -146,8 +144,9 @@ impl<S: Store> Objects<S> {
                 .probe
                 .as_mut()
                 .and_then(|p| p.completed(bytes, window));
-            if let Some(k) = settled {
-                self.seq_depth.store(k, Relaxed);
+            if let Some(v) = settled {
+                tracing::debug!("read-ahead: a sequential stream settled on {v:?}");
+                self.seq_depth.settled(v);
             }
         }
     }
