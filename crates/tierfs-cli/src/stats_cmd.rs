@@ -133,8 +133,8 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
             s += &format!(
                 "  namespace {} operations deferred, {} pending (oldest {:.1} s), {} groups \
                  applied (median {} ms, p99 {} ms), {} waits for them ({:.1} s), {} unlinked \
-                 before the store had them, {} unlinks of the store's deferred, {} links \
-                 and {} truncates deferred\n",
+                 before the store had them, {} unlinks of the store's deferred, {} renames \
+                 over the store's files, {} links and {} truncates deferred\n",
                 HumanCount(n(v, "writeback.namespace.deferred")),
                 HumanCount(n(v, "writeback.namespace.pending")),
                 n(v, "writeback.namespace.oldest_ms") as f64 / 1000.0,
@@ -145,6 +145,7 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
                 n(v, "writeback.namespace.wait_ms") as f64 / 1000.0,
                 HumanCount(n(v, "writeback.namespace.dropped")),
                 HumanCount(n(v, "writeback.namespace.removed")),
+                HumanCount(n(v, "writeback.namespace.replaced")),
                 HumanCount(n(v, "writeback.namespace.linked")),
                 HumanCount(n(v, "writeback.namespace.truncated")),
             );

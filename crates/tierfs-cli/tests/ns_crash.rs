@@ -3,7 +3,8 @@
 //! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
 //! write-back on, the default): a writer thread works through the mount like an untar with
 //! second thoughts (mkdir, create + write + chmod + utimens, appends, rewrites (open
-//! O_TRUNC), renames within and across directories, unlinks, chmods, symlinks, git's loose
+//! O_TRUNC), renames within and across directories, saves (a new file renamed over one in
+//! its directory), unlinks, chmods, symlinks, git's loose
 //! objects (a temporary name linked to the final one, then unlinked), fsync of files and of
 //! directories, each fsync recorded), the daemon is `kill -9`ed at a random moment, the mount
 //! comes back (replay), and:
@@ -289,8 +290,22 @@ fn check(m: &Model, got: &Tree) -> Result<usize, String> {
         .iter()
         .map(|o| format!("{o:?}"))
         .collect();
+    // Every operation of the round on the names that differ.
+    let history: Vec<String> = m
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| {
+            let on = |p: &String| extra.contains(p) || missing.contains(p);
+            match o {
+                NsOp::Add(p, _) | NsOp::Remove(p) => on(p),
+                NsOp::Move(a, b) => on(a) || on(b),
+            }
+        })
+        .map(|(k, o)| format!("{k}:{o:?}"))
+        .collect();
     Err(format!(
-        "no prefix of the {} operations from the last acknowledged fsync (after {}) has these names; the closest is after {best}: extra {extra:?}, missing {missing:?} (found elsewhere: {elsewhere:?}); operations around it: {near:?}",
+        "no prefix of the {} operations from the last acknowledged fsync (after {}) has these names; the closest is after {best}: extra {extra:?}, missing {missing:?} (found elsewhere: {elsewhere:?}); operations around it: {near:?}; the names' history: {history:?}",
         m.ops.len(),
         m.barrier
     ))
@@ -472,6 +487,42 @@ fn writer(
             }
             return Ok(());
         }
+        if (66..70).contains(&choice) && !files.is_empty() {
+            // rsync's or an editor's save: a new file written aside, then renamed over a file
+            // in its directory (one of an earlier round is the store's: `ns_replace`).
+            let over = files[r.below(files.len())].clone();
+            let d = over.rsplit_once('/').map_or("", |(d, _)| d);
+            let tmp = join(d, &format!(".s{}", new_name(r)));
+            let data = seeded_bytes(r.next(), r.below(32 << 10));
+            let mut g = m.lock().unwrap();
+            let id = g.add(Obj {
+                dir: false,
+                data: data.clone(),
+                mode: 0o644,
+                synced: None,
+                mode_loose: true,
+                link: None,
+            });
+            g.push(NsOp::Add(tmp.clone(), id));
+            drop(g);
+            let mut f = ctx(
+                "create",
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(root.join(&tmp)),
+            )?;
+            ctx("write", f.write_all(&data))?;
+            drop(f);
+            m.lock()
+                .unwrap()
+                .push(NsOp::Move(tmp.clone(), over.clone()));
+            return ctx(
+                "rename over",
+                std::fs::rename(root.join(&tmp), root.join(&over)),
+            );
+        }
         if choice < 70 {
             let f = non_dirs[r.below(non_dirs.len())].clone();
             if choice < 62 {
@@ -577,6 +628,8 @@ fn namespace_writeback_survives_kill9() {
         // Objects that survive from round to round, by path.
         let mut carried: Tree = Tree::new();
         let (mut ops, mut barriers_total, mut matched_at_end) = (0usize, 0usize, 0usize);
+        // Saves over a file of the store acknowledged before the store had them (`ns_replace`).
+        let mut replaced = 0;
         for round in 0..ROUNDS {
             // The model starts from what BACKING holds now.
             let mut model = Model::default();
@@ -624,6 +677,7 @@ fn namespace_writeback_survives_kill9() {
             };
             std::thread::sleep(Duration::from_millis(r.range(20, 400)));
             killed.store(true, SeqCst);
+            replaced += stat_of(&m.mnt, "writeback.namespace.replaced");
             m.kill_daemon();
             if let Some(e) = h.join().expect("writer panicked") {
                 panic!("round {round}: the writer failed before the kill: {e}");
@@ -704,11 +758,15 @@ fn namespace_writeback_survives_kill9() {
             carried = got;
         }
         println!(
-            "ns_crash: {ROUNDS} rounds, {ops} namespace operations, {barriers_total} of them before an acknowledged fsync, {matched_at_end} rounds with every operation on the store; {} names at the end; {:.1} s",
+            "ns_crash: {ROUNDS} rounds, {ops} namespace operations, {barriers_total} of them before an acknowledged fsync, {matched_at_end} rounds with every operation on the store, {replaced} saves over a file of the store deferred; {} names at the end; {:.1} s",
             carried.len(),
             t0.elapsed().as_secs_f64()
         );
         assert!(barriers_total > 0, "no fsync was acknowledged in any round");
+        assert!(
+            replaced > 0,
+            "no save over a file of the store was deferred"
+        );
         assert!(
             carried.len() > 10,
             "the tree stayed too small to mean anything"

@@ -62,6 +62,15 @@ pub struct Dirty {
     /// The version of the file these writes were made on (None after a replay): a store that
     /// can tell refuses to let them overwrite another writer's version (`Store::open_based`).
     pub base: Option<tierfs_store::Fingerprint>,
+    /// Runs the namespace flusher wrote to the store before the file was published (a
+    /// rename over a file of the store lands after its data, `ns_replace`): still dirty, so
+    /// that reads of the unpublished file see them, and dropped, not written again, by the
+    /// next data flush (only what no later write replaced, as for any run).
+    pub ahead: Vec<Run>,
+    /// Some of the data may be on the store before the file was published (set before the
+    /// first such write): a truncate of the unpublished file is then done on the store, not
+    /// by dropping its dirty data (`ns_truncate`).
+    pub written_ahead: bool,
 }
 
 impl Dirty {
@@ -78,6 +87,8 @@ impl Dirty {
             reserved: 0,
             last_write: Instant::now(),
             base: None,
+            ahead: Vec::new(),
+            written_ahead: false,
         }
     }
 

@@ -243,6 +243,10 @@ pub struct NsStats {
     /// Unlinks of files and symlinks of the store acknowledged before the store had them.
     #[serde(default)]
     pub removed: u64,
+    /// Renames of new files over files of the store (`rsync`, an editor's save)
+    /// acknowledged before the store had them.
+    #[serde(default)]
+    pub replaced: u64,
     /// Hard links of new files acknowledged before the store had them.
     #[serde(default)]
     pub linked: u64,

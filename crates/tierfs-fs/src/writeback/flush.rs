@@ -26,7 +26,7 @@ pub(crate) enum Flushed {
     Failed,
 }
 
-/// Flush runs up to this size also create the RAM-tier blocks they cover (see the flush loop).
+/// Flush runs up to this size also create the RAM-tier blocks they cover (see `landed`).
 const ALLOCATE_MAX: u64 = 1 << 20;
 
 impl<S: Store> Writeback<S> {
@@ -162,14 +162,20 @@ impl<S: Store> Writeback<S> {
         }
         let node = self.ns.node(i)?;
         let publishes = self.sh.store.publishes_at_sync();
-        let held = self.held.lock().remove(&st.journal_key);
-        let h = match held {
-            Some(h) => h,
-            None => {
-                let base = st.dirty.lock().as_ref().and_then(|d| d.base);
-                self.sh.store.open_based(&node, libc::O_WRONLY, base)?
-            }
-        };
+        let h = self.flush_handle(&st, &node)?;
+        // Written before the file was published (`ns_replace`): on the store already, in the
+        // version it was published with (blocks and fingerprint left: a truncate since may
+        // have made another).
+        let ahead = st
+            .dirty
+            .lock()
+            .as_mut()
+            .map(|d| std::mem::take(&mut d.ahead))
+            .unwrap_or_default();
+        for run in &ahead {
+            self.account_flushed(&st, run);
+            st.flush_gen.fetch_add(1, AcqRel);
+        }
         let chunk = self.cfg.chunk as usize;
         let (mut from, mut done) = (0u64, 0u64);
         loop {
@@ -188,36 +194,7 @@ impl<S: Store> Writeback<S> {
             self.sh.store.write_vectored(&h, run.offset, &bufs)?;
             self.c.flush_writes.fetch_add(1, Relaxed);
             let len = run.len;
-            {
-                // Exclusive, briefly. A fetch that overlapped the write saw the fingerprint
-                // move and was discarded (stale); cached blocks of this version are patched
-                // with what was written, so they stay valid. Blocks it covers whole are
-                // created too (as write-through does: data read back after a flush stays in
-                // RAM, and a just-modified file's fetches are not cached) for runs up to
-                // `ALLOCATE_MAX`; not for the large runs of a streaming writer, whose copy,
-                // under this lock, held up that writer's next write (its data is in the
-                // kernel's page cache anyway).
-                // No fstat per run, as in write-through (`FileState::wrote`): over sshfs each
-                // was a round trip per 4 MiB written (sshfs drops its attributes at every
-                // write), and a 512 MiB write-back job ran at 0.85x the store's own. The
-                // fingerprint stays provisional until the group's end settles it.
-                let _w = st.rw.write();
-                let v = st.version();
-                let (mut at, mut size) = (run.offset, v.fp.size);
-                for p in &run.pieces {
-                    let grown = size.max(at + p.len() as u64);
-                    if len <= ALLOCATE_MAX {
-                        self.data.patch_blocks(v.gen, size, at, p, grown);
-                    } else {
-                        self.data.patch_cached_blocks(v.gen, size, at, p, grown);
-                    }
-                    at += p.len() as u64;
-                    size = grown;
-                }
-                st.wrote(v.gen, size);
-                self.account_flushed(&st, &run);
-                st.flush_gen.fetch_add(1, AcqRel);
-            }
+            self.landed(&st, &run);
             drop(own);
             self.c.flushed_bytes.fetch_add(len, Relaxed);
             self.notify();
@@ -328,6 +305,35 @@ impl<S: Store> Writeback<S> {
         }
         self.settle_clean(i);
         Ok(true)
+    }
+
+    /// What a run written to the store leaves, under the file's lock, briefly. A fetch that
+    /// overlapped the write saw the fingerprint move and was discarded (stale); cached blocks
+    /// of this version are patched with what was written, so they stay valid. Blocks it covers
+    /// whole are created too (as write-through does: data read back after a flush stays in
+    /// RAM, and a just-modified file's fetches are not cached) for runs up to `ALLOCATE_MAX`;
+    /// not for a streaming writer's large runs, whose copy under this lock held up its next
+    /// write (its data is in the kernel's page cache anyway). No fstat per run, as in
+    /// write-through (`FileState::wrote`): over sshfs each was a round trip per 4 MiB written,
+    /// and a 512 MiB write-back job ran at 0.85x the store's own. The fingerprint stays
+    /// provisional until the group's end settles it.
+    fn landed(&self, st: &crate::file_state::FileState, run: &crate::dirty::Run) {
+        let _w = st.rw.write();
+        let v = st.version();
+        let (mut at, mut size) = (run.offset, v.fp.size);
+        for p in &run.pieces {
+            let grown = size.max(at + p.len() as u64);
+            if run.len <= ALLOCATE_MAX {
+                self.data.patch_blocks(v.gen, size, at, p, grown);
+            } else {
+                self.data.patch_cached_blocks(v.gen, size, at, p, grown);
+            }
+            at += p.len() as u64;
+            size = grown;
+        }
+        st.wrote(v.gen, size);
+        self.account_flushed(st, run);
+        st.flush_gen.fetch_add(1, AcqRel);
     }
 
     /// Attributes the store gave, under the file's lock, after this group's writes: they

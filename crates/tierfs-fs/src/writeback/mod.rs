@@ -24,10 +24,12 @@ mod ns_lost;
 mod ns_move;
 mod ns_narrow;
 mod ns_order;
+mod ns_path;
 mod ns_queue;
 mod ns_record;
 mod ns_remove;
 mod ns_rename;
+mod ns_replace;
 mod ns_replay;
 mod ns_truncate;
 mod replay;
@@ -174,6 +176,7 @@ impl<S: Store> Writeback<S> {
                 wait_ms: g(&c.ns_wait_ms),
                 dropped: g(&c.ns_dropped),
                 removed: g(&c.ns_removed),
+                replaced: g(&c.ns_replaced),
                 linked: g(&c.ns_linked),
                 truncated: g(&c.ns_truncated),
             },

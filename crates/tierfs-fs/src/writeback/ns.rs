@@ -335,10 +335,25 @@ impl<S: Store> Writeback<S> {
                         parent,
                         alias: name,
                         ..
+                    }
+                    | Job::Moved {
+                        parent,
+                        from: name,
+                        over: Some(_),
+                        ..
                     } => Some(super::ns_order::name_key(parent.id(), name)),
                     _ => None,
                 },
-                barrier: matches!(j, Job::Moved { .. }),
+                also: match j {
+                    Job::Moved {
+                        parent,
+                        to,
+                        over: Some(_),
+                        ..
+                    } => Some(super::ns_order::name_key(parent.id(), to)),
+                    _ => None,
+                },
+                barrier: matches!(j, Job::Moved { over: None, .. }),
             })
             .collect();
         let levels = super::ns_order::levels(&order);
@@ -349,6 +364,9 @@ impl<S: Store> Writeback<S> {
                 by_level.resize(l + 1, Vec::new());
             }
             by_level[l].push(k);
+        }
+        for level in &mut by_level {
+            super::ns_order::spread_by_dir(level, |k| order[k].parent);
         }
         let done: Vec<AtomicBool> = batch.iter().map(|_| AtomicBool::new(false)).collect();
         for level in &by_level {

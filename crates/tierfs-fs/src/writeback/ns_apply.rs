@@ -242,8 +242,9 @@ impl<S: Store> Writeback<S> {
                 parent,
                 from,
                 to,
+                over,
                 ..
-            } => self.apply_move(inode, parent, from, to, state),
+            } => self.apply_move(inode, parent, from, to, over.as_ref(), state),
             Job::Linked {
                 inode,
                 parent,
@@ -331,6 +332,7 @@ impl<S: Store> Writeback<S> {
         parent: &Arc<Inode<St<S>>>,
         from: &OsStr,
         to: &OsStr,
+        over: Option<&super::ns_queue::Victim>,
         state: &Mutex<Applying<S>>,
     ) -> std::result::Result<(), Errno> {
         let id = inode.id();
@@ -338,6 +340,8 @@ impl<S: Store> Writeback<S> {
             tracing::warn!("write-back: {from:?} was not renamed to {to:?} on the store: {why}");
             self.c.ns_conflicts.fetch_add(1, Relaxed);
             self.ns.prov.unhide(parent.id(), from);
+            // It stays where the store has it.
+            inode.moved_to(parent.clone(), from);
         };
         if self.ns.prov.failure(id).is_some() {
             // Never made (refused): its data goes to `lost/`.
@@ -350,38 +354,13 @@ impl<S: Store> Writeback<S> {
             return Ok(());
         }
         let pnode = self.parent_node(parent, state)?;
-        match self
-            .sh
-            .store
-            .rename(&pnode, from, &pnode, to, libc::RENAME_NOREPLACE)
-        {
-            Ok(()) => {}
-            Err(e) if transient(e) => return Err(e),
-            // Applied before (a retry of the group): the old name is gone, the new one there.
-            Err(e) if e == Errno::ENOENT && self.sh.store.lookup(&pnode, to).is_ok() => {}
-            // The store does not know RENAME_NOREPLACE (the name was free when the
-            // application renamed; someone else's since is not replaced silently).
-            Err(e) if e == Errno::EINVAL => match self.sh.store.lookup(&pnode, to) {
-                Err(l) if l == Errno::ENOENT => {
-                    match self.sh.store.rename(&pnode, from, &pnode, to, 0) {
-                        Ok(()) => {}
-                        Err(e) if transient(e) => return Err(e),
-                        Err(e) => {
-                            gone(e.to_string());
-                            return Ok(());
-                        }
-                    }
-                }
-                Err(l) if transient(l) => return Err(l),
-                _ => {
-                    gone(format!("{to:?} was made on the store by someone else"));
-                    return Ok(());
-                }
-            },
-            Err(e) => {
-                gone(e.to_string());
-                return Ok(());
-            }
+        let renamed = match over {
+            Some(v) => self.replace_on_store(inode, &pnode, from, to, v, state)?,
+            None => self.rename_to_free(&pnode, from, to)?,
+        };
+        if let Err(why) = renamed {
+            gone(why);
+            return Ok(());
         }
         // The object as the new name has it (with path identities, another identity).
         let (node, attr) = self.sh.store.lookup(&pnode, to)?;
@@ -401,6 +380,40 @@ impl<S: Store> Writeback<S> {
         self.ns.prov.unhide(parent.id(), from);
         self.c.ns_applied.fetch_add(1, Relaxed);
         Ok(())
+    }
+
+    /// A move's rename on the store, to a name that was free when the application renamed:
+    /// someone else's object there since is not replaced silently. Ok(Err(why)): not
+    /// renamed. Err: retry later (transient).
+    fn rename_to_free(
+        &self,
+        pnode: &Node<S>,
+        from: &OsStr,
+        to: &OsStr,
+    ) -> std::result::Result<std::result::Result<(), String>, Errno> {
+        match self
+            .sh
+            .store
+            .rename(pnode, from, pnode, to, libc::RENAME_NOREPLACE)
+        {
+            Ok(()) => Ok(Ok(())),
+            Err(e) if transient(e) => Err(e),
+            // Applied before (a retry of the group): the old name is gone, the new one there.
+            Err(e) if e == Errno::ENOENT && self.sh.store.lookup(pnode, to).is_ok() => Ok(Ok(())),
+            // The store does not know RENAME_NOREPLACE.
+            Err(e) if e == Errno::EINVAL => match self.sh.store.lookup(pnode, to) {
+                Err(l) if l == Errno::ENOENT => {
+                    match self.sh.store.rename(pnode, from, pnode, to, 0) {
+                        Ok(()) => Ok(Ok(())),
+                        Err(e) if transient(e) => Err(e),
+                        Err(e) => Ok(Err(e.to_string())),
+                    }
+                }
+                Err(l) if transient(l) => Err(l),
+                _ => Ok(Err(format!("{to:?} was made on the store by someone else"))),
+            },
+            Err(e) => Ok(Err(e.to_string())),
+        }
     }
 
     /// The store refused to make provisional object `prov` (someone made the name first,

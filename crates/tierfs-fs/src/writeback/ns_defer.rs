@@ -23,8 +23,12 @@ use tierfs_cache::journal::Record;
 use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
 /// The directory and reserved bytes of the create of `id` if it is queued and the flusher
-/// never took it (once taken, even if put back, it may be on the store).
+/// never took it (once taken, even if put back, it may be on the store), and no move of the
+/// object is queued after it (a replace: see `untaken_create`).
 fn untried_create<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> Option<(Arc<Inode<St<S>>>, u64)> {
+    if super::ns_queue::moves_queued(q, id) {
+        return None;
+    }
     q.iter().find_map(|j| match j {
         Job::Create {
             inode,

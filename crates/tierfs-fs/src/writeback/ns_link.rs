@@ -271,8 +271,8 @@ pub(super) fn replay_link<S: Store>(
     to: &[u8],
 ) -> std::result::Result<Option<&'static str>, Errno> {
     use std::os::unix::ffi::OsStrExt;
-    let (dir, alias) = super::ns_replay::split(from);
-    let tname = super::ns_replay::split(to).1;
+    let (dir, alias) = super::ns_path::split(from);
+    let tname = super::ns_path::split(to).1;
     let pnode = match super::replay::open_by_path(store, dir) {
         Ok((n, _)) => n,
         Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => {

@@ -59,6 +59,7 @@ impl<S: Store> Writeback<S> {
             from: from.clone(),
             to: to.clone(),
             prov: id.1,
+            over: None,
         };
         let seq = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)?;
         self.ns.prov.hide(p.id(), name);
@@ -81,6 +82,7 @@ impl<S: Store> Writeback<S> {
                 parent: p.clone(),
                 from: name.to_owned(),
                 to: newname.to_owned(),
+                over: None,
                 at: Instant::now(),
             },
         );
@@ -90,33 +92,42 @@ impl<S: Store> Writeback<S> {
 
 /// A pending MOVE (`from` to `to`, one directory) on the store: false if neither name
 /// holds our object the way the move leaves it (someone else's at `to`, or ours gone): its
-/// data then goes to `lost/`, never into theirs.
+/// data then goes to `lost/`, never into theirs. A MOVE OVER (`over`: what `to` held,
+/// `ns_replace`) renames over `to` if it still holds that object (or nothing).
 pub(super) fn replay_move<S: Store>(
     store: &St<S>,
     from: &[u8],
     to: &[u8],
     reused: bool,
+    over: Option<super::ns_record::Replaced>,
 ) -> std::result::Result<bool, Errno> {
-    let (dir, fname) = super::ns_replay::split(from);
-    let tname = super::ns_replay::split(to).1;
+    let (dir, fname) = super::ns_path::split(from);
+    let tname = super::ns_path::split(to).1;
     let pnode = match super::replay::open_by_path(store, dir) {
         Ok((n, _)) => n,
         Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => return Ok(false),
         Err(e) => return Err(e),
     };
     let (f, t) = (OsStr::from_bytes(fname), OsStr::from_bytes(tname));
-    let exists = |n: &OsStr| match store.lookup(&pnode, n) {
-        Ok((_, a)) => Ok(a.kind != FileKind::Dir),
-        Err(e) if e == Errno::ENOENT => Ok(false),
+    let holds = |n: &OsStr| match store.lookup(&pnode, n) {
+        Ok((_, a)) => Ok((a.kind != FileKind::Dir).then_some(a)),
+        Err(e) if e == Errno::ENOENT => Ok(None),
         Err(e) => Err(e),
     };
-    let why = match (exists(f)?, exists(t)?) {
-        (true, false) => return store.rename(&pnode, f, &pnode, t, 0).map(|()| true),
+    let replaced = |a: &tierfs_store::Attr| {
+        over.is_some_and(|(kind, id, size)| super::ns_remove::same_object(a, kind, id, size))
+    };
+    let why = match (holds(f)?, holds(t)?) {
+        (Some(_), None) => return store.rename(&pnode, f, &pnode, t, 0).map(|()| true),
+        // What the application replaced, still there: replaced now.
+        (Some(_), Some(a)) if replaced(&a) => {
+            return store.rename(&pnode, f, &pnode, t, 0).map(|()| true)
+        }
         // Applied before the crash.
-        (false, true) => return Ok(true),
-        (true, true) if reused => return Ok(true),
-        (true, true) => "the new name holds another file",
-        (false, false) => "neither name is there",
+        (None, Some(_)) => return Ok(true),
+        (Some(_), Some(_)) if reused => return Ok(true),
+        (Some(_), Some(_)) => "the new name holds another file",
+        (None, None) => "neither name is there",
     };
     tracing::error!(
         "write-back replay: {} could not be renamed to {}: {why}; its data is kept under lost/",

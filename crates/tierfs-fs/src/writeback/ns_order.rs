@@ -22,7 +22,13 @@
 //!
 //! - a move of a name on the store (`ns_move`, rare: a lock file renamed into place) is a
 //!   barrier: it comes after everything before it and before everything after it (a create
-//!   of the name it frees must find it free).
+//!   of the name it frees must find it free);
+//!
+//! - a replace (`ns_replace`: `rsync` renames every file it updates over the old one) is
+//!   ordered like a create in its directory under both its names' keys: after its object's
+//!   create and whatever made or removed either name before it, before whatever makes or
+//!   removes either after it. (As a barrier, `rsync -a` of 200 files over sshfs took 9.8 s
+//!   after it returned until on the store: one rename after another.)
 //!
 //! Each operation gets a *level*: one more than the highest level of what it depends on. The
 //! flusher applies a level at a time, the operations of one level in parallel, so the store
@@ -40,6 +46,8 @@ pub(crate) struct OrderIn {
     /// The name it makes or removes (a hash of directory and name; operations with equal
     /// keys keep their order, so a collision only orders more).
     pub name: Option<u64>,
+    /// A second name it makes or removes (a replace: the one it leaves and the one it takes).
+    pub also: Option<u64>,
     /// Ordered against every other operation of the group.
     pub barrier: bool,
 }
@@ -76,8 +84,8 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
             continue;
         }
         let mut level = after(last.get(&op.id)).max(floor);
-        if let Some(k) = op.name {
-            level = level.max(after(named.get(&k)));
+        for k in op.name.iter().chain(&op.also) {
+            level = level.max(after(named.get(k)));
         }
         // After every earlier operation in it, if it is a directory (a setattr of it, its
         // removal; for a new object there is none).
@@ -88,13 +96,37 @@ pub(crate) fn levels(ops: &[OrderIn]) -> Vec<u32> {
             *c = (*c).max(level);
         }
         last.insert(op.id, level);
-        if let Some(k) = op.name {
-            named.insert(k, level);
+        for k in op.name.iter().chain(&op.also) {
+            named.insert(*k, level);
         }
         top = top.max(Some(level));
         out.push(level);
     }
     out
+}
+
+/// Reorders the operations of one level (indices, in journal order) so that consecutive ones
+/// are in different directories where they can be (`dir` of each; a round of one from each
+/// directory, then the next round), each directory's keeping their order. The threads take
+/// them in this order, and a store whose client serializes the operations in one directory
+/// (a FUSE store without parallel directory operations, such as sshfs) otherwise had every
+/// thread queued on the same directory: `rsync` into 10 directories over sshfs made its
+/// files one at a time, 13 ms each.
+pub(crate) fn spread_by_dir(level: &mut [usize], dir: impl Fn(usize) -> Option<Ident>) {
+    let mut rank: FxHashMap<Option<Ident>, usize> = FxHashMap::default();
+    let mut keyed: Vec<(usize, usize, usize)> = level
+        .iter()
+        .enumerate()
+        .map(|(pos, &k)| {
+            let r = rank.entry(dir(k)).or_insert(0);
+            *r += 1;
+            (*r, pos, k)
+        })
+        .collect();
+    keyed.sort_unstable();
+    for (slot, (_, _, k)) in level.iter_mut().zip(keyed) {
+        *slot = k;
+    }
 }
 
 /// Runs `f` on every item, on up to `threads` threads (the caller's among them).
@@ -135,6 +167,7 @@ mod tests {
             id: (1, id),
             parent: Some((1, parent)),
             name: Some(id),
+            also: None,
             barrier: false,
         }
     }
@@ -144,6 +177,7 @@ mod tests {
             id: (1, id),
             parent: None,
             name: None,
+            also: None,
             barrier: false,
         }
     }
@@ -156,6 +190,7 @@ mod tests {
             id: (1, 11),
             parent: Some((1, 10)),
             name: None,
+            also: None,
             barrier: true,
         };
         let ops = [
@@ -222,6 +257,42 @@ mod tests {
         };
         let ops = [name(11, 1), name(12, 2), rmdir];
         assert_eq!(levels(&ops), vec![0, 0, 1]);
+    }
+
+    #[test]
+    fn replaces_of_files_go_at_once_after_their_creates_and_in_order_on_their_names() {
+        // rsync into d (10): .a.X (11, name 1) and .b.Y (12, name 2) made, each renamed over
+        // a file of the store (names 3 and 4); then .a.Z (13) made under name 1 again and
+        // renamed over name 3 again (the second update of the same file); a file under name
+        // 5 (14) goes at once.
+        let replace = |id: u64, from: u64, to: u64| OrderIn {
+            name: Some(from),
+            also: Some(to),
+            ..create(id, 10)
+        };
+        let name = |id: u64, key: u64| OrderIn {
+            name: Some(key),
+            ..create(id, 10)
+        };
+        let ops = [
+            name(11, 1),
+            name(12, 2),
+            replace(11, 1, 3),
+            replace(12, 2, 4),
+            name(13, 1),
+            replace(13, 1, 3),
+            name(14, 5),
+        ];
+        assert_eq!(levels(&ops), vec![0, 0, 1, 1, 2, 3, 0]);
+    }
+
+    #[test]
+    fn a_level_takes_one_directory_after_another_in_turn() {
+        // Three files in directory 1, two in 2, one in 3, in journal order.
+        let dirs = [1u64, 1, 1, 2, 2, 3];
+        let mut level: Vec<usize> = (0..6).collect();
+        spread_by_dir(&mut level, |k| Some((1, dirs[k])));
+        assert_eq!(level, vec![0, 3, 5, 1, 4, 2]);
     }
 
     #[test]

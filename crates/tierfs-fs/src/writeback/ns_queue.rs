@@ -28,6 +28,16 @@ const GATHER_MAX: usize = 64 * GROUP_MAX;
 /// (`Provisional::wait` cannot wake it: the namespace does not know write-back).
 const GATHER_POLL: Duration = Duration::from_millis(10);
 
+/// What a deferred rename replaces on the store (`ns_replace`): the file or symlink its new
+/// name held, as the store gave it (kind, identity, size), which must still be there when
+/// the rename is applied.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Victim {
+    pub kind: FileKind,
+    pub id: Ident,
+    pub size: u64,
+}
+
 /// A deferred create's object: its inode and the entry the kernel is given.
 pub(crate) type NewObject<S> = (Arc<Inode<St<S>>>, Entry);
 
@@ -84,15 +94,17 @@ pub(crate) enum Job<S: Store> {
         from: Option<Arc<Inode<St<S>>>>,
         at: Instant,
     },
-    /// A rename of an object whose create the flusher had taken (`Writeback::move_deferred`):
-    /// `from` to `to` in directory `parent`, on the store, in its turn. Queued, it keeps the
-    /// object unpublished (its name in the store's listing hidden until applied).
+    /// A rename of an object whose create the flusher had taken (`Writeback::move_deferred`),
+    /// or over a file of the store (`Writeback::replace_deferred`, `over`): `from` to `to` in
+    /// directory `parent`, on the store, in its turn. Queued, it keeps the object
+    /// unpublished (its name in the store's listing hidden until applied).
     Moved {
         seq: u64,
         inode: Arc<Inode<St<S>>>,
         parent: Arc<Inode<St<S>>>,
         from: OsString,
         to: OsString,
+        over: Option<Victim>,
         at: Instant,
     },
     /// A deferred link (`Writeback::link_deferred`): the create before it makes the object
@@ -252,10 +264,21 @@ impl<S: Store> NsQueue<S> {
 
 /// Where the create of provisional object `id` is in the queue, if it is still queued and
 /// was never taken by the flusher: until then the store has nothing of the object, so an
-/// operation on it may rewrite that create (`ns_link`, `ns_rename`).
+/// operation on it may rewrite that create (`ns_link`, `ns_rename`). Not once a move of the
+/// object is queued after it (a replace, `ns_replace`): the move renames what the create
+/// makes, over an object of the store that must go.
 pub(super) fn untaken_create<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> Option<usize> {
+    if moves_queued(q, id) {
+        return None;
+    }
     q.iter()
         .position(|j| matches!(j, Job::Create { inode: i, tried: false, .. } if i.id() == id))
+}
+
+/// Whether a move of object `id` on the store is queued (`ns_move`, `ns_replace`).
+pub(super) fn moves_queued<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> bool {
+    q.iter()
+        .any(|j| matches!(j, Job::Moved { inode, .. } if inode.id() == id))
 }
 
 impl<S: Store> Writeback<S> {

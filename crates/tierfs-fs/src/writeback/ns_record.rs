@@ -40,12 +40,17 @@
 //! UNALIAS (op 10) = path (u16 length, bytes) | link u64 (the seq of the LINK whose `from` it
 //!                  is) | prov u64: that name unlinked before the store had it: the LINK
 //!                  makes nothing on the store
+//! MOVE OVER (op 11) = MOVE's fields | kind u8 (1 file, 3 symlink) | dev u64 | ino u64
+//!                  | size u64: a MOVE whose new name held an object of the store, which it
+//!                  replaces (`ns_replace`: `rsync`'s and an editor's temporary file renamed
+//!                  over the file it updates); replay renames `from` over `to` only if `to`
+//!                  still holds that object (as REMOVE checks it) or nothing
 //! ```
 //! Integers are little-endian; paths are relative to the backing root. Times are the ones
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for ops 5 to 10.)
+//! downgrade only with an empty journal. The same holds for ops 5 to 11.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -60,6 +65,11 @@ const OP_REMOVE: u8 = 7;
 const OP_CHATTR: u8 = 8;
 const OP_LINK: u8 = 9;
 const OP_UNALIAS: u8 = 10;
+pub(super) const OP_MOVE_OVER: u8 = 11;
+
+/// What a MOVE OVER's new name held: its kind, identity as the store gave it (a path
+/// identity is not checked) and size.
+pub(crate) type Replaced = (FileKind, (u64, u64), u64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
@@ -102,13 +112,16 @@ pub(crate) enum NsOp {
         /// (op 5); None: the new name was free (op 4).
         replaced: Option<u64>,
     },
-    /// A file or symlink made by the CREATE of seq `prov`, which the namespace flusher had
-    /// taken, renamed in its directory to a free name (`Writeback::move_deferred`): applied
-    /// on the store in journal order.
+    /// A file or symlink made by the CREATE of seq `prov`, renamed in its directory to a
+    /// free name after the namespace flusher had taken its create (`Writeback::move_deferred`),
+    /// or over a file or symlink of the store (`Writeback::replace_deferred`): applied on the
+    /// store in journal order.
     Move {
         from: Vec<u8>,
         to: Vec<u8>,
         prov: u64,
+        /// What `to` held (op 11). None: `to` was free (op 6).
+        over: Option<Replaced>,
     },
     /// A file or symlink of the store unlinked (`Writeback::remove_deferred`): removed on
     /// the store in journal order, if `path` still holds it.
@@ -332,11 +345,26 @@ impl NsOp {
                 out.extend_from_slice(&link.to_le_bytes());
                 out.extend_from_slice(&prov.to_le_bytes());
             }
-            NsOp::Move { from, to, prov } => {
-                out.push(OP_MOVE);
+            NsOp::Move {
+                from,
+                to,
+                prov,
+                over,
+            } => {
+                out.push(if over.is_some() {
+                    OP_MOVE_OVER
+                } else {
+                    OP_MOVE
+                });
                 put_bytes(&mut out, from);
                 put_bytes(&mut out, to);
                 out.extend_from_slice(&prov.to_le_bytes());
+                if let Some((kind, id, size)) = over {
+                    out.push(kind_byte(*kind));
+                    out.extend_from_slice(&id.0.to_le_bytes());
+                    out.extend_from_slice(&id.1.to_le_bytes());
+                    out.extend_from_slice(&size.to_le_bytes());
+                }
             }
             NsOp::Remove {
                 path,
@@ -452,13 +480,25 @@ impl NsOp {
                 }
                 NsOp::Unalias { path, link, prov }
             }
-            OP_MOVE => {
+            op @ (OP_MOVE | OP_MOVE_OVER) => {
                 let (from, to) = (r.bytes()?, r.bytes()?);
                 let prov = r.i64()? as u64;
-                if from.is_empty() || to.is_empty() {
+                let over = if op == OP_MOVE_OVER {
+                    let kind = r.kind()?;
+                    let id = (r.i64()? as u64, r.i64()? as u64);
+                    Some((kind, id, r.i64()? as u64))
+                } else {
+                    None
+                };
+                if from.is_empty() || to.is_empty() || from == to {
                     return Err("namespace record: not a path");
                 }
-                NsOp::Move { from, to, prov }
+                NsOp::Move {
+                    from,
+                    to,
+                    prov,
+                    over,
+                }
             }
             OP_REMOVE => {
                 let path = r.bytes()?;

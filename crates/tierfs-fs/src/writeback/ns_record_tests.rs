@@ -85,6 +85,19 @@ fn round_trip_and_garbage() {
             from: b".git/index.lock".to_vec(),
             to: b".git/index".to_vec(),
             prov: 79,
+            over: None,
+        },
+        NsOp::Move {
+            from: b"www/.index.html.Xq3bZ1".to_vec(),
+            to: b"www/index.html".to_vec(),
+            prov: 82,
+            over: Some((FileKind::File, (1 << 63 | 9, 1234), 4096)),
+        },
+        NsOp::Move {
+            from: b"l.new".to_vec(),
+            to: b"l".to_vec(),
+            prov: 83,
+            over: Some((FileKind::Symlink, (7, 8), 3)),
         },
         NsOp::Remove {
             path: b"target/debug/old.o".to_vec(),

@@ -49,6 +49,29 @@ pub(super) fn same_object(a: &Attr, kind: FileKind, id: Ident, size: u64) -> boo
         && (is_path_id(id) || ident(a) == id)
 }
 
+/// A file or symlink of the store a name holds: its entry, size and inode
+/// (`Writeback::store_file_at`).
+pub(super) type StoreFile<S> = (Child, u64, Arc<Inode<St<S>>>);
+
+/// From here on no open gets `inode` (as after an unlink), and it has no data the store
+/// lacks (checked after the claim: nothing can write it any more). False: it is open or has
+/// dirty data, and nothing was claimed.
+pub(super) fn claim_unopened<S: Store>(inode: &Inode<St<S>>) -> bool {
+    let Some(st) = &inode.file else { return true };
+    if st
+        .opens
+        .compare_exchange(0, DROPPED, AcqRel, Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    if st.has_dirty.load(Acquire) {
+        give_back(inode);
+        return false;
+    }
+    true
+}
+
 impl<S: Store> Writeback<S> {
     /// An unlink (`dir` false) of `p/name`, a file or symlink of the store, or an rmdir
     /// (`dir` true) of an empty directory of the store, deferred (see the module comment).
@@ -68,57 +91,41 @@ impl<S: Store> Writeback<S> {
         {
             return None;
         }
-        let c = match self.ns.meta.lookup(p.id(), name) {
-            NameLookup::Found(c) => c,
-            // The rmdir at the top of an `rm -rf`, in a directory nobody listed: one request
-            // to the store says what the name holds, where an rmdir on the store would wait
-            // for every removal queued in the tree first.
-            NameLookup::Unknown if dir => {
-                let (_, a) = self.sh.store.lookup(&self.ns.node(p).ok()?, name).ok()?;
-                Child {
-                    id: ident(&a),
-                    kind: a.kind,
+        let (c, size, inode) = if dir {
+            let c = match self.ns.meta.lookup(p.id(), name) {
+                NameLookup::Found(c) => c,
+                // The rmdir at the top of an `rm -rf`, in a directory nobody listed: one
+                // request to the store says what the name holds, where an rmdir on the store
+                // would wait for every removal queued in the tree first.
+                NameLookup::Unknown => {
+                    let (_, a) = self.sh.store.lookup(&self.ns.node(p).ok()?, name).ok()?;
+                    Child {
+                        id: ident(&a),
+                        kind: a.kind,
+                    }
                 }
+                _ => return None,
+            };
+            // (A directory's attributes change with every name removed from it, and are not
+            // needed.)
+            if c.kind != FileKind::Dir || !self.empty_as_shown(c.id) || is_provisional(c.id) {
+                return None;
             }
-            _ => return None,
-        };
-        // A file's size and link count (a directory's attributes change with every name
-        // removed from it, and are not needed).
-        let size = match c.kind {
-            FileKind::File | FileKind::Symlink if !dir => {
-                let (attr, _) = self.ns.meta.attr(c.id)?;
-                (attr.kind == c.kind && attr.nlink == 1).then_some(attr.size)?
+            let inode = self.ns.inodes.by_ident(c.id)?;
+            if self.chattr_pending(inode.ino) {
+                return None;
             }
-            FileKind::Dir if dir && self.empty_as_shown(c.id) => 0,
-            _ => return None,
+            (c, 0, inode)
+        } else {
+            self.store_file_at(p, name, false)?
         };
-        if is_provisional(c.id) {
-            return None;
-        }
-        let inode = self.ns.inodes.by_ident(c.id)?;
-        // Its deferred setattr goes to the store first, by name (`ns_chattr`).
-        if self.chattr_pending(inode.ino) {
-            return None;
-        }
         // The directory as the application sees it meanwhile: its shadow's base.
         let pattr = self
             .deferred_dir_attr(p.id())
             .or_else(|| self.ns.meta.attr(p.id()).map(|(a, _)| a))?;
         let path = self.backing_path_in(p, name)?;
-        // From here on no open gets it; and it has no data the store lacks (checked after
-        // the claim: nothing can write it any more).
-        if let Some(st) = &inode.file {
-            if st
-                .opens
-                .compare_exchange(0, DROPPED, AcqRel, Acquire)
-                .is_err()
-            {
-                return None;
-            }
-            if st.has_dirty.load(Acquire) {
-                give_back(&inode);
-                return None;
-            }
+        if !claim_unopened(&inode) {
+            return None;
         }
         let op = NsOp::Remove {
             path,
@@ -165,6 +172,43 @@ impl<S: Store> Writeback<S> {
         Some(())
     }
 
+    /// The file or symlink of the store `p/name` holds, if an unlink could remove it without
+    /// the store (see the module comment): named in a fresh listing of the metadata cache
+    /// (or, with `ask`, by the store when no listing is fresh: the caller checks again that
+    /// the name holds it when the store gets the change), with one link (another name would
+    /// keep the object and its attributes alive), and no deferred setattr (it goes to the
+    /// store first, by name: `ns_chattr`). Its entry, size and inode.
+    pub(super) fn store_file_at(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        ask: bool,
+    ) -> Option<StoreFile<S>> {
+        let (c, attr) = match self.ns.meta.lookup(p.id(), name) {
+            NameLookup::Found(c) => (c, self.ns.meta.attr(c.id)?.0),
+            NameLookup::Unknown if ask => {
+                let (_, a) = self.sh.store.lookup(&self.ns.node(p).ok()?, name).ok()?;
+                let c = Child {
+                    id: ident(&a),
+                    kind: a.kind,
+                };
+                (c, a)
+            }
+            _ => return None,
+        };
+        if !matches!(c.kind, FileKind::File | FileKind::Symlink) || is_provisional(c.id) {
+            return None;
+        }
+        if attr.kind != c.kind || attr.nlink != 1 {
+            return None;
+        }
+        let inode = self.ns.inodes.by_ident(c.id)?;
+        if self.chattr_pending(inode.ino) {
+            return None;
+        }
+        Some((c, attr.size, inode))
+    }
+
     /// Whether directory `id`, as the application sees it, is empty: a fresh listing of it
     /// in the metadata cache has no name that is not being removed, and nothing new is in it.
     fn empty_as_shown(&self, id: Ident) -> bool {
@@ -180,7 +224,7 @@ impl<S: Store> Writeback<S> {
 
     /// Object `id` lost its name `p/name`: nothing leads to it any more, and its identity is
     /// free for what is made next.
-    fn forget_object(&self, id: Ident, p: &Arc<Inode<St<S>>>, name: &OsStr) {
+    pub(super) fn forget_object(&self, id: Ident, p: &Arc<Inode<St<S>>>, name: &OsStr) {
         self.ns.meta.drop_attr(id);
         self.ns.unnamed(id, p, name);
         let relabel = |n: &Node<S>, id: Ident| self.sh.store.relabel(n, id);
@@ -330,7 +374,7 @@ pub(super) fn replay_remove<S: Store>(
     size: u64,
     moves_here: &[&[u8]],
 ) -> std::result::Result<Option<&'static str>, (&'static str, Vec<u8>, Errno)> {
-    let (parent, name) = super::ns_replay::split(path);
+    let (parent, name) = super::ns_path::split(path);
     let n = OsStr::from_bytes(name);
     let gone = |e: Errno| e == Errno::ENOENT || e == Errno(libc::ENOTDIR);
     let pnode = match super::replay::open_by_path(store, parent) {

@@ -143,6 +143,13 @@ impl<S: Store> Writeback<S> {
             }
             ProvLookup::NotHere => {
                 if is_provisional(newp.id()) || !self.ns.name_free(newp, newname) {
+                    // A file of the store there, in the same directory: `rsync`'s update,
+                    // an editor's save (`ns_replace`).
+                    if !moves && flags == 0 && !no_open {
+                        return self.replace_deferred(inode, p, name, newname).or_else(|| {
+                            not("the new name holds an object of the store that cannot go")
+                        });
+                    }
                     return not("the new name is not known to be free");
                 }
                 None

@@ -23,6 +23,7 @@
 //! - A store that fails (gone, full) fails the mount, as for data records: nothing is lost,
 //!   the next mount tries again.
 
+use super::ns_path::{join, split, under};
 use super::ns_record::NsOp;
 use super::stats::WbCounters;
 use crate::shared::St;
@@ -31,20 +32,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering::Relaxed;
 use tierfs_cache::journal::{Journal, PendingNs, NS_KEY};
 use tierfs_store::{Errno, FileKind, Store};
-
-pub(super) fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = parent.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
-}
-
-/// Whether `path` is `r` or lies under it.
-fn under(path: &[u8], r: &[u8]) -> bool {
-    path == r || (path.len() > r.len() && path.starts_with(r) && path[r.len()] == b'/')
-}
 
 /// What the replay of the namespace records says of the data records.
 #[derive(Debug, Default)]
@@ -70,13 +57,6 @@ enum Follow {
     Moved(Vec<u8>),
     /// Replaced by a rename over its name before it reached the store.
     Replaced,
-}
-
-pub(super) fn split(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&[][..], path),
-    }
 }
 
 /// Applies the pending namespace records.
@@ -208,10 +188,10 @@ pub(crate) fn replay_ns<S: Store>(
     // The seq of the last pending record that makes each path ours again (a CREATE under
     // the last name its renames give it, a RENAME, a MOVE): see MOVE.
     let mut last_create: rustc_hash::FxHashMap<Vec<u8>, u64> = Default::default();
-    if pending
-        .iter()
-        .any(|p| p.payload.get(1) == Some(&super::ns_record::OP_MOVE))
-    {
+    if pending.iter().any(|p| {
+        let op = p.payload.get(1).copied();
+        op == Some(super::ns_record::OP_MOVE) || op == Some(super::ns_record::OP_MOVE_OVER)
+    }) {
         for p in pending {
             let path = match NsOp::decode(&p.payload) {
                 Ok(NsOp::Create { parent, name, .. }) => last_name
@@ -235,6 +215,7 @@ pub(crate) fn replay_ns<S: Store>(
             _ => None,
         })
         .collect();
+    let replacing = super::ns_replace::pending_replaces(pending);
     // LINK records whose alias a pending UNALIAS withdrew: never linked on the store.
     let unaliased: rustc_hash::FxHashSet<u64> = pending
         .iter()
@@ -312,6 +293,19 @@ pub(crate) fn replay_ns<S: Store>(
                 };
                 let n = OsStr::from_bytes(name);
                 let t = OsStr::from_bytes(target);
+                if let Some((to, v)) = replacing.get(&p.seq) {
+                    // Renamed over a file of the store by a pending MOVE OVER, whose flusher
+                    // writes the file's data before its create's DONE (`ns_replace`).
+                    match super::ns_replace::replay_made(store, &pnode, n, *kind, to, *v) {
+                        Ok(Some(at)) => {
+                            made_now.insert(p.seq);
+                            moved.insert(p.seq, at);
+                            continue;
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(fail("looking up", &path, e)),
+                    }
+                }
                 let r = match kind {
                     FileKind::Dir => store.mkdir(&pnode, n, *mode, *owner).map(|_| ()),
                     FileKind::Symlink => store.symlink(&pnode, n, t, *owner).map(|_| ()),
@@ -458,14 +452,19 @@ pub(crate) fn replay_ns<S: Store>(
             }
             // Its LINK made nothing on the store (`unaliased`).
             NsOp::Unalias { .. } => {}
-            NsOp::Move { from, to, prov } => {
+            NsOp::Move {
+                from,
+                to,
+                prov,
+                over,
+            } => {
                 if refused_prov.contains(prov) || dropped.contains(prov) {
                     continue;
                 }
                 // The name is used again by a later record of ours (a lock file made anew):
                 // if both names are there, the move was applied before the crash.
                 let reused = last_create.get(from.as_slice()).is_some_and(|s| *s > p.seq);
-                match super::ns_move::replay_move(store, from, to, reused) {
+                match super::ns_move::replay_move(store, from, to, reused, *over) {
                     Ok(true) => {
                         let dir = split(from).0.to_vec();
                         if !dirs.contains(&dir) {
@@ -586,4 +585,4 @@ pub(crate) fn replay_ns<S: Store>(
 
 #[cfg(test)]
 #[path = "ns_replay_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -22,7 +22,7 @@ fn symlink_record(seq: u64, parent: &str, name: &str, target: &str) -> PendingNs
     }
 }
 
-fn record(seq: u64, op: NsOp) -> PendingNs {
+pub(crate) fn record(seq: u64, op: NsOp) -> PendingNs {
     PendingNs {
         seq,
         payload: op.encode(),
@@ -30,7 +30,7 @@ fn record(seq: u64, op: NsOp) -> PendingNs {
 }
 
 /// Appends `pending` to the journal as the daemon did (their seqs are the journal's).
-fn append_all(journal: &Journal, pending: &[PendingNs]) {
+pub(crate) fn append_all(journal: &Journal, pending: &[PendingNs]) {
     for p in pending {
         let seq = journal
             .append(Record::Ns {
@@ -293,6 +293,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
         from: format!("g/{from}").into_bytes(),
         to: format!("g/{to}").into_bytes(),
         prov,
+        over: None,
     };
     let chmod = |name: &str, mode: u32| NsOp::SetAttr {
         path: format!("g/{name}").into_bytes(),
@@ -390,6 +391,7 @@ fn removals_replay_once_and_never_remove_someone_elses_or_ours() {
         from: format!("g/{from}").into_bytes(),
         to: format!("g/{to}").into_bytes(),
         prov,
+        over: None,
     };
     let pending = [
         record(1, rm("gone", FileKind::File, 5)),

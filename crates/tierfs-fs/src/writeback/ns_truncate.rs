@@ -14,7 +14,8 @@
 //! truncate, nothing else.
 //!
 //! Kept narrow: size 0 only (a shorter or longer size would need a record of its own for
-//! replay), of a regular file with one name whose create the store has not refused.
+//! replay), of a regular file with one name whose create the store has not refused, and none
+//! of whose data a replace wrote ahead (`ns_replace`: then the store has some of it).
 //! Any other truncate of a new file is done on the store once the file's own operations are
 //! there (`settle_for_truncate`): not after everything deferred before it, which on a slow
 //! store was seconds of other files' creates.
@@ -47,12 +48,16 @@ impl<S: Store> Writeback<S> {
         }
         // Writers of the file wait: a write after the DROP is kept, one before it dropped.
         let _w = st.rw.write();
-        let upto = st
+        let dirty = st
             .dirty
             .lock()
             .as_ref()
-            .map(|d| d.max_seq)
-            .filter(|&s| s > 0);
+            .map(|d| (d.max_seq, d.written_ahead));
+        if dirty.is_some_and(|(_, ahead)| ahead) {
+            // Some of its data may be on the store already (`ns_replace`).
+            return None;
+        }
+        let upto = dirty.map(|(s, _)| s).filter(|&s| s > 0);
         if let Some(upto) = upto {
             // The DROP first: if the journal cannot take it, nothing has changed.
             let (dev, ino) = st.journal_key;

@@ -39,6 +39,8 @@ pub struct WbCounters {
     pub ns_dropped: AtomicU64,
     /// Unlinks of files and symlinks of the store deferred (`ns_remove`).
     pub ns_removed: AtomicU64,
+    /// Renames of new files over files and symlinks of the store deferred (`ns_replace`).
+    pub ns_replaced: AtomicU64,
     /// Links of files write-back made deferred (`ns_link`).
     pub ns_linked: AtomicU64,
     /// Truncates to zero of files write-back made deferred (`ns_truncate`).

@@ -30,7 +30,7 @@ impl<S: Store> Writeback<S> {
         name: &std::ffi::OsStr,
     ) -> Option<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
-        Some(super::ns_replay::join(
+        Some(super::ns_path::join(
             &self.backing_path(dir)?,
             name.as_bytes(),
         ))
@@ -283,6 +283,20 @@ impl<S: Store> Writeback<S> {
             drop(held);
             return Ok(Bytes::from(buf));
         }
+    }
+
+    /// The handle a flush of `st` writes through: the one its create left (`held`), else
+    /// `node` opened for writing, on the version its writes were made on (`Dirty::base`).
+    pub(crate) fn flush_handle(
+        &self,
+        st: &crate::file_state::FileState,
+        node: &crate::shared::Node<S>,
+    ) -> Result<<St<S> as Store>::Handle> {
+        if let Some(h) = self.held.lock().remove(&st.journal_key) {
+            return Ok(h);
+        }
+        let base = st.dirty.lock().as_ref().and_then(|d| d.base);
+        self.sh.store.open_based(node, libc::O_WRONLY, base)
     }
 
     /// Attributes as the application sees them: size and mtime include dirty data.
