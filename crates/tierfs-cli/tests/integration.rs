@@ -1788,7 +1788,8 @@ fn more_directories_than_descriptors() {
 /// copy_file_range: no byte of the file read through tierfs), in write-through and
 /// write-back: the copy holds what the application wrote (write-back's dirty data goes to
 /// the store first), and a destination read before the copy is not served from the stale
-/// cache after it.
+/// cache after it. In write-back a small file the store's copy would wait for is copied
+/// through reads and writes instead.
 #[test]
 fn copy_file_range_is_done_by_the_store_and_stays_coherent() {
     const SIZE: usize = 4 << 20;
@@ -1841,11 +1842,55 @@ fn copy_file_range_is_done_by_the_store_and_stays_coherent() {
         let d = |k: &str| stat_u64(&s1, &["backing", k]) - stat_u64(&s0, &["backing", k]);
         assert!(d("copy") >= 1, "{mode}: the store did not copy: {s1}");
         assert_eq!(d("copied_bytes"), SIZE as u64, "{mode}: {s1}");
+        if mode == "back" {
+            // A small file just written (`cp -r` of a source tree): the store's copy would
+            // wait for its create, so the kernel copies through reads and writes (EXDEV),
+            // which write-back absorbs.
+            let mnt = mnt.clone();
+            with_timeout(LIMIT, vec![mnt.clone()], move || {
+                std::fs::write(mnt.join("small"), b"a small source file").unwrap();
+                let fi = File::open(mnt.join("small")).unwrap();
+                let fo = File::create(mnt.join("small.copy")).unwrap();
+                let n = unsafe {
+                    libc::copy_file_range(
+                        std::os::fd::AsRawFd::as_raw_fd(&fi),
+                        std::ptr::null_mut(),
+                        std::os::fd::AsRawFd::as_raw_fd(&fo),
+                        std::ptr::null_mut(),
+                        1 << 20,
+                        0,
+                    )
+                };
+                assert_eq!(
+                    n,
+                    19,
+                    "copy_file_range: {}",
+                    std::io::Error::last_os_error()
+                );
+                drop((fi, fo));
+                assert_eq!(
+                    std::fs::read(mnt.join("small.copy")).unwrap(),
+                    b"a small source file"
+                );
+            });
+            let s2 = m.stats();
+            assert_eq!(
+                stat_u64(&s2, &["backing", "copy"]),
+                stat_u64(&s1, &["backing", "copy"]),
+                "a small new file was copied by the store: {s2}"
+            );
+        }
         m.unmount_and_wait();
         assert!(
             std::fs::read(backing.join("dst")).unwrap() == src,
             "{mode}: on the store"
         );
+        if mode == "back" {
+            assert_eq!(
+                std::fs::read(backing.join("small.copy")).unwrap(),
+                b"a small source file"
+            );
+        }
     }
 }
 

@@ -45,7 +45,8 @@ fn mtime(p: &Path) -> i64 {
 /// chmod of 20 files, a directory's mode and times, a symlink's times (and, as root, a
 /// chown) return before the store has them, with no wait: stat through the mount shows
 /// them at once, the store gets them at fsync of the directory. What is not deferred is
-/// done on the store at once: a setuid bit, the mtime of a regular file. A name someone
+/// done on the store at once: a setuid bit. A regular file's times are deferred, and a write
+/// after them is flushed after them (its mtime is the one the store ends with). A name someone
 /// else filled behind our back before the flusher came keeps their object's attributes.
 /// After `kill -9`, the replay sets what the journal holds, on the objects it was set on.
 #[test]
@@ -114,12 +115,41 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
             chmod(&d.join("f5"), 0o751);
             let conflicts0 = stat_of(&mnt, "writeback.namespace.conflicts");
             // Not deferred: a setuid bit (after the deferred ones of the file: all of them
-            // go to the store first); a regular file's mtime.
+            // go to the store first).
             chmod(&md.join("f18"), 0o4755);
             assert_eq!(mode(&d.join("f18")), 0o4755);
-            set_times(&md.join("f19"), 1_000_000_002);
-            assert_eq!(mtime(&d.join("f19")), 1_000_000_002);
+            // A regular file's times (`touch`) are deferred; a write after them is flushed
+            // after them, or they would undo the mtime its flush sets.
+            set_times(&md.join("f16"), 1_000_000_002);
+            set_times(&md.join("f19"), 1_000_000_003);
+            assert_eq!(mtime(&md.join("f16")), 1_000_000_002);
+            assert_ne!(mtime(&d.join("f16")), 1_000_000_002, "not on the store yet");
+            assert_eq!(mtime(&md.join("f19")), 1_000_000_003);
             assert_eq!(mode(&md.join("f19")), 0o600, "f19's deferred chmod is kept");
+            let before_write = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(md.join("f19"))
+                    .unwrap();
+                f.write_all(b"F19").unwrap();
+            }
+            let written = mtime(&md.join("f19"));
+            assert!(
+                written >= before_write,
+                "the write's mtime is shown: {written}"
+            );
+            // The data flusher would have written it by now (it does not wait for more).
+            std::thread::sleep(Duration::from_secs(2));
+            assert_eq!(
+                std::fs::read(d.join("f19")).unwrap(),
+                b"f19",
+                "the data of a file waits for its deferred setattrs"
+            );
             // Deferred again, and put on the store by fsync of the directory.
             chmod(&md.join("f17"), 0o640);
             assert_eq!(mode(&d.join("f17")), 0o600);
@@ -140,6 +170,29 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
                 assert_eq!(mode(&d.join(format!("f{k}"))), 0o600, "f{k} on the store");
             }
             assert_eq!(mode(&d.join("f19")), 0o600);
+            assert_eq!(
+                mtime(&d.join("f16")),
+                1_000_000_002,
+                "f16's times on the store"
+            );
+            // f19's data, flushed once its setattrs were on the store, and its mtime last.
+            let t = std::time::Instant::now();
+            while std::fs::read(d.join("f19")).unwrap() != b"F19" {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "f19's data never came"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::fs::File::open(md.join("f19"))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+            assert_eq!(
+                mtime(&d.join("f19")),
+                written,
+                "the write's mtime, not the touch's"
+            );
             assert_eq!(mode(&d.join("s")), 0o700);
             assert_eq!(mtime(&d.join("s")), 1_000_000_000);
             assert_eq!(mtime(&d.join("l")), 1_000_000_001);
@@ -157,6 +210,8 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
             assert_eq!(mode(&md.join("f18")), 0o4755);
             assert_eq!(mode(&md.join("s")), 0o700);
             assert_eq!(mtime(&md.join("l")), 1_000_000_001);
+            assert_eq!(mtime(&md.join("f16")), 1_000_000_002);
+            assert_eq!(mtime(&md.join("f19")), written);
             (deferred, waited)
         }
     });
@@ -183,12 +238,14 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
             for k in 0..5 {
                 chmod(&me.join(format!("g{k}")), 0o640);
             }
+            set_times(&me.join("g1"), 1_000_000_010);
             // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
             // the page cache).
             std::thread::sleep(Duration::from_millis(500));
         }
     });
     assert_eq!(mode(&e.join("g0")), 0o644, "nothing set on the store yet");
+    assert_ne!(mtime(&e.join("g1")), 1_000_000_010);
     m.kill_daemon();
     std::fs::remove_file(e.join("g4")).unwrap();
     std::fs::create_dir(e.join("g4")).unwrap();
@@ -197,6 +254,7 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
     for k in 0..4 {
         assert_eq!(mode(&e.join(format!("g{k}"))), 0o640, "g{k} replayed");
     }
+    assert_eq!(mtime(&e.join("g1")), 1_000_000_010, "g1's times replayed");
     assert_eq!(
         mode(&e.join("g4")),
         0o711,

@@ -192,3 +192,128 @@ fn a_create_the_store_just_said_is_free_is_deferred_after_the_listing_expired() 
         }
     });
 }
+
+/// `p` still holds the `len` bytes of 'o' it was made with (said in a line, not the bytes).
+fn untouched(p: &std::path::Path, len: usize) {
+    let got = std::fs::read(p).unwrap();
+    assert!(
+        got.len() == len && got.iter().all(|c| *c == b'o'),
+        "{p:?} is not the store's old contents: {} bytes, starting {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got[..got.len().min(40)])
+    );
+}
+
+/// An `open(O_TRUNC)` or `ftruncate(fd, 0)` of a clean file of the store (`cp` over an
+/// existing file, a shell's `>`, a build rewriting its outputs) returns before the store has
+/// the truncate, with no wait: the file reads as what was written since (zeros in a hole,
+/// never the store's old bytes), its data waits for the truncate, and `fsync` puts both on
+/// the store in that order. After `kill -9`, the replay truncates, then writes what came
+/// after.
+#[test]
+fn a_truncate_of_a_file_of_the_store_returns_before_the_store_has_it() {
+    use std::os::unix::fs::FileExt;
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let s = backing.join("s");
+    std::fs::create_dir(&s).unwrap();
+    for (name, len) in [("a", 100_000), ("b", 50_000), ("c", 10_000), ("e", 20_000)] {
+        std::fs::write(s.join(name), vec![b'o'; len]).unwrap();
+    }
+    m.mount(WB_HELD);
+    let (truncated, waited) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, s) = (mnt.clone(), s.clone());
+        move || {
+            let ms = mnt.join("s");
+            // Read once, so that the old contents are in the RAM tier too.
+            untouched(&ms.join("a"), 100_000);
+            let (t0, w0) = (
+                stat_of(&mnt, "writeback.namespace.truncated"),
+                stat_of(&mnt, "writeback.namespace.waits"),
+            );
+            std::fs::write(ms.join("a"), b"a, written first and longer").unwrap();
+            // Truncated again before the store has the first truncate: what the first
+            // write left goes.
+            std::fs::write(ms.join("a"), b"new a").unwrap();
+            assert_eq!(std::fs::read(ms.join("a")).unwrap(), b"new a");
+            // A hole after the truncate reads as zeros, not as the store's old bytes.
+            let f = OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(ms.join("b"))
+                .unwrap();
+            f.write_all_at(b"tail", 1000).unwrap();
+            drop(f);
+            let mut want_b = vec![0u8; 1000];
+            want_b.extend_from_slice(b"tail");
+            let got = std::fs::read(ms.join("b")).unwrap();
+            assert!(
+                got == want_b,
+                "b reads {} bytes, {} of them the store's old 'o'",
+                got.len(),
+                got.iter().filter(|c| **c == b'o').count()
+            );
+            // ftruncate(fd, 0), nothing written after.
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(ms.join("c"))
+                .unwrap();
+            f.set_len(0).unwrap();
+            assert_eq!(f.metadata().unwrap().len(), 0);
+            drop(f);
+            assert_eq!(std::fs::read(ms.join("c")).unwrap(), b"");
+            let truncated = stat_of(&mnt, "writeback.namespace.truncated") - t0;
+            let waited = stat_of(&mnt, "writeback.namespace.waits") - w0;
+            // The data flusher would have written a and b by now: they wait for the
+            // truncates, which wait for the namespace flusher.
+            std::thread::sleep(Duration::from_secs(2));
+            untouched(&s.join("a"), 100_000);
+            untouched(&s.join("b"), 50_000);
+            untouched(&s.join("c"), 10_000);
+            for name in ["a", "b", "c"] {
+                File::open(ms.join(name)).unwrap().sync_all().unwrap();
+            }
+            assert_eq!(std::fs::read(s.join("a")).unwrap(), b"new a");
+            assert_eq!(std::fs::read(s.join("b")).unwrap(), want_b);
+            assert_eq!(std::fs::read(s.join("c")).unwrap(), b"");
+            // And through the mount once the kernel's copies are gone, where we may.
+            if unsafe { libc::geteuid() } == 0 {
+                std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+            }
+            assert_eq!(std::fs::read(ms.join("a")).unwrap(), b"new a");
+            assert_eq!(std::fs::read(ms.join("b")).unwrap(), want_b);
+            // Across kill -9: truncated and written, killed before the flusher came.
+            // e is truncated and written, then truncated again before the store has the
+            // first truncate: what the first write left goes, in a replay too.
+            std::fs::write(ms.join("e"), b"e, written first and longer").unwrap();
+            let t1 = stat_of(&mnt, "writeback.namespace.truncated");
+            std::fs::write(ms.join("e"), b"replayed").unwrap();
+            assert_eq!(std::fs::read(ms.join("e")).unwrap(), b"replayed");
+            assert_eq!(
+                stat_of(&mnt, "writeback.namespace.truncated") - t1,
+                1,
+                "a second truncate before the store has the first is deferred too"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+            (truncated, waited)
+        }
+    });
+    assert_eq!(truncated, 4, "a twice, b and c truncated without the store");
+    assert_eq!(waited, 0, "a truncate waited for the namespace flusher");
+    untouched(&s.join("e"), 20_000);
+    m.kill_daemon();
+    m.mount(&["writeback.mode=back"]);
+    assert_eq!(
+        std::fs::read(s.join("e")).unwrap(),
+        b"replayed",
+        "the replay truncates, then writes what came after"
+    );
+    assert_eq!(
+        std::fs::read_dir(m.cache.join("journal/lost"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "nothing went to journal/lost"
+    );
+}

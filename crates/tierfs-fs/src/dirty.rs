@@ -71,6 +71,10 @@ pub struct Dirty {
     /// first such write): a truncate of the unpublished file is then done on the store, not
     /// by dropping its dirty data (`ns_truncate`).
     pub written_ahead: bool,
+    /// A truncate to zero of the file of the store these writes follow is queued for the
+    /// namespace flusher and not yet on the store (`ns_chattr`): the store's bytes are not
+    /// the file's (reads see zeros but for the extents), and the flushers wait for it.
+    pub truncate_pending: bool,
 }
 
 impl Dirty {
@@ -89,6 +93,7 @@ impl Dirty {
             base: None,
             ahead: Vec::new(),
             written_ahead: false,
+            truncate_pending: false,
         }
     }
 

@@ -11,6 +11,7 @@ use crate::inode::Inode;
 use crate::namespace::{is_provisional, Entry, Requester};
 use crate::shared::St;
 use std::ffi::OsStr;
+use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 use tierfs_store::{Attr, Errno, FileKind, Result, SetAttr, Store};
 
@@ -230,6 +231,20 @@ impl<S: Store> Fs<S> {
         r.transpose()
     }
 
+    /// Whether the truncate of an `open(O_TRUNC)` of `ino` can be deferred by write-back
+    /// (`writeback::ns_chattr`, which decides: this only tells whether to try).
+    pub(super) fn may_defer_truncate(&self, ino: u64) -> bool {
+        let (Some(wb), Some(i)) = (self.wb(), self.ns.inodes.get(ino)) else {
+            return false;
+        };
+        wb.defers_namespace()
+            && !self.sh.store.publishes_at_sync()
+            && !crate::namespace::is_provisional(i.id())
+            && i.kind == FileKind::File
+            // Not while a flusher writes it (the truncate would wait for it).
+            && i.file.as_ref().is_some_and(|st| !st.flushing.load(Acquire))
+    }
+
     /// [`Fs::setattr`] of a provisional object (not a size change but to zero): deferred
     /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
@@ -248,6 +263,8 @@ impl<S: Store> Fs<S> {
                     return Some(Ok(self.shown(ino, self.ns.with_ino(&i, a))));
                 }
             }
+            // A truncate to zero of a file of the store (`writeback::ns_chattr`).
+            Some(0) if i.kind == FileKind::File => {}
             Some(_) => return None,
         }
         let set = &set;

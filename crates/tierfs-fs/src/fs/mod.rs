@@ -399,7 +399,15 @@ impl<S: Store> Fs<S> {
         if let Some(o) = self.open_provisional(ino, flags)? {
             return Ok(o);
         }
-        if flags & libc::O_TRUNC != 0 {
+        let truncating = flags & libc::O_TRUNC != 0;
+        // Write-back defers the truncate of a clean file of the store (`writeback::ns_chattr`):
+        // the file is opened as it is, and truncated once the open has succeeded (a failed
+        // open truncates nothing).
+        // (Not O_RDONLY|O_TRUNC: a read-only open takes the path below that opens nothing.)
+        let later =
+            truncating && flags & libc::O_ACCMODE != libc::O_RDONLY && self.may_defer_truncate(ino);
+        let flags = if later { flags & !libc::O_TRUNC } else { flags };
+        if truncating && !later {
             // The dirty data first, or its flush would land after the truncate.
             self.settle_file(ino)?;
         }
@@ -421,6 +429,21 @@ impl<S: Store> Fs<S> {
             if let Ok(o) = &r {
                 self.publish_truncate(ino, o.fh)?;
             }
+        }
+        if let (true, Ok(o)) = (later, &r) {
+            let set = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            // Deferred; or, if that is refused after all (a race with a write, a second
+            // link), done on the store as a truncate through the new descriptor.
+            if let Err(e) = self.setattr(ino, Some(o.fh), &set) {
+                // The kernel will not release what it was never given.
+                self.data.release(o.fh);
+                return Err(e);
+            }
+        }
+        if truncating {
             self.names_changed(ino);
         }
         r

@@ -1,6 +1,6 @@
 //! Flushers (sorted, coalesced, in flush groups, synced before anything is marked clean),
 //! fsync and close in write-back mode, ordering of namespace operations after the data they
-//! concern, and the drain at unmount.
+//! concern (the drain at unmount: `shutdown`).
 
 use super::Writeback;
 use crate::inode::{now_ms, Inode};
@@ -64,18 +64,21 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn any_ready(&self) -> bool {
         let now = now_ms();
         self.files.lock().values().any(|i| {
-            !self.waits_for_create(i)
+            !self.waits_for_namespace(i)
                 && i.file.as_ref().is_some_and(|st| {
                     !st.flushing.load(Acquire) && st.retry_at_ms.load(Relaxed) <= now
                 })
         })
     }
 
-    /// A file whose create is deferred and not on the store yet: the namespace flusher makes
-    /// it first (a file the store refused is not waiting: its data goes to `lost/`).
-    pub(super) fn waits_for_create(&self, i: &Inode<St<S>>) -> bool {
+    /// A file whose data waits for the namespace flusher: its create is deferred and not on
+    /// the store yet (a file the store refused is not waiting: its data goes to `lost/`), or
+    /// a deferred setattr of it is queued, whose mtime would undo the one its data flush
+    /// sets (`ns_chattr`).
+    pub(super) fn waits_for_namespace(&self, i: &Inode<St<S>>) -> bool {
         let id = i.id();
-        crate::namespace::is_provisional(id) && self.ns.prov.failure(id).is_none()
+        (crate::namespace::is_provisional(id) && self.ns.prov.failure(id).is_none())
+            || self.chattr_pending(i.ino)
     }
 
     /// Claims the next dirty file for flushing (none is flushed by two threads at once).
@@ -87,7 +90,7 @@ impl<S: Store> Writeback<S> {
         let ordered = files.range(start..).chain(files.range(..start));
         for (k, i) in ordered {
             let Some(st) = &i.file else { continue };
-            if st.retry_at_ms.load(Relaxed) > now || self.waits_for_create(i) {
+            if st.retry_at_ms.load(Relaxed) > now || self.waits_for_namespace(i) {
                 continue;
             }
             if st
@@ -95,6 +98,12 @@ impl<S: Store> Writeback<S> {
                 .compare_exchange(false, true, AcqRel, Acquire)
                 .is_ok()
             {
+                if self.waits_for_namespace(i) {
+                    // A truncate was deferred between the check and the claim (it held the
+                    // file meanwhile, `ns_chattr`): its data waits for it.
+                    st.flushing.store(false, Release);
+                    continue;
+                }
                 *cursor = (k.0, k.1.wrapping_add(1));
                 return Some(i.clone());
             }
@@ -163,6 +172,26 @@ impl<S: Store> Writeback<S> {
         let node = self.ns.node(i)?;
         let publishes = self.sh.store.publishes_at_sync();
         let h = self.flush_handle(&st, &node)?;
+        if st.dirty.lock().as_ref().is_some_and(|d| d.truncate_pending) {
+            // Its deferred truncate did not reach the store (`ns_chattr`; the namespace
+            // flusher saves the data of a refused one in `lost/`, so this is a defence):
+            // done here, before any of the data after it, or the data goes to `lost/`.
+            // (A file whose truncate is still queued is never flushed: `pick_dirty` and
+            // `flush_file_now` check it once they hold the file.)
+            let _w = st.rw.write();
+            let _own = st.own_change();
+            let set = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            let a = match self.sh.store.setattr(&node, Some(&h), &set) {
+                Ok(a) => a,
+                Err(e) if !super::ns_apply::transient(e) => return self.truncate_refused(i, e),
+                Err(e) => return Err(e),
+            };
+            self.ns.meta.put_attr(&a, Instant::now());
+            self.truncate_applied(&st, &a);
+        }
         // Written before the file was published (`ns_replace`): on the store already, in the
         // version it was published with (blocks and fingerprint left: a truncate since may
         // have made another).
@@ -356,11 +385,26 @@ impl<S: Store> Writeback<S> {
             return self.done_durable(st);
         }
         loop {
+            if self.chattr_pending(i.ino) {
+                // Its deferred setattr first (see `waits_for_namespace`); at once the
+                // store's error if the namespace flusher is failing already (an unmount over
+                // a failing store keeps both in the journal, replayed in order, and does not
+                // wait for each).
+                if let Some(e) = self.ns.prov.stalled_error() {
+                    return Err(e);
+                }
+                self.drain_ns()?;
+            }
             if st
                 .flushing
                 .compare_exchange(false, true, AcqRel, Acquire)
                 .is_ok()
             {
+                if self.chattr_pending(i.ino) {
+                    // Deferred while this waited for the file (a truncate holds it then).
+                    st.flushing.store(false, Release);
+                    continue;
+                }
                 break;
             }
             let mut g = self.wake_lock.lock();
@@ -508,87 +552,5 @@ impl<S: Store> Writeback<S> {
     /// store applies them in the order the application made them.
     pub(crate) fn settle_file(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         self.flush_file_now(i)
-    }
-
-    /// Unmount (or SIGTERM): drains every dirty byte to the backing store, with a progress
-    /// line, then stops the flushers and closes the journal.
-    pub fn shutdown_writeback(&self) {
-        // Names first: the files' data needs them on the store.
-        let (ns_left, _) = self.ns_pending();
-        if ns_left > 0 {
-            eprintln!("tierfs: applying {ns_left} namespace operations to the backing store...");
-            if !self.drain_ns_for(Duration::from_secs(5)) {
-                let (left, _) = self.ns_pending();
-                tracing::error!("write-back: {left} namespace operations could not be applied; they stay in the journal and are replayed at the next mount");
-                eprintln!("tierfs: {left} namespace operations could not be applied to the backing store; kept in the journal for the next mount");
-
-                // Files not yet made on the store cannot be flushed: they wait no more.
-                self.ns.prov.shutdown();
-            }
-        }
-        let bytes = self.dirty_bytes();
-        let t = Instant::now();
-        if bytes > 0 {
-            tracing::info!(
-                "write-back: draining {} dirty bytes in {} files to the backing store",
-                bytes,
-                self.files.lock().len()
-            );
-            eprintln!(
-                "tierfs: flushing {:.1} MiB of written data to the backing store...",
-                bytes as f64 / 1048576.0
-            );
-        }
-        let done = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            if bytes > 0 {
-                // A progress line a second while draining (stderr with --foreground, and
-                // the log).
-                s.spawn(|| {
-                    let mut last = Instant::now();
-                    while !done.load(Acquire) {
-                        std::thread::sleep(Duration::from_millis(50));
-                        if last.elapsed() >= Duration::from_secs(1) && !done.load(Acquire) {
-                            last = Instant::now();
-                            let left = self.dirty_bytes();
-                            let secs = t.elapsed().as_secs_f64().max(0.001);
-                            let rate = (bytes.saturating_sub(left)) as f64 / secs / 1048576.0;
-                            tracing::info!("write-back drain: {left} bytes left, {rate:.1} MiB/s");
-                            eprintln!(
-                                "tierfs: flushing: {:.1} MiB left, {rate:.1} MiB/s",
-                                left as f64 / 1048576.0
-                            );
-                        }
-                    }
-                });
-            }
-            for attempt in 0..3 {
-                match self.flush_all() {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::error!("write-back drain, attempt {}: {e}", attempt + 1);
-                        std::thread::sleep(Duration::from_millis(500));
-                    }
-                }
-            }
-            done.store(true, Release);
-        });
-        self.c.drained_bytes.fetch_add(bytes, Relaxed);
-        let left = self.dirty_bytes();
-        if left > 0 {
-            tracing::error!("write-back: {left} dirty bytes could not be written back; they stay in the journal and are replayed at the next mount");
-            eprintln!("tierfs: {left} bytes could not be written to the backing store; kept in the journal for the next mount");
-        } else if bytes > 0 {
-            eprintln!("tierfs: flushed in {:.1?}", t.elapsed());
-        }
-        self.stop.store(true, Release);
-        self.ns.prov.shutdown();
-        self.notify();
-        // Taken out first: no lock is held while the flushers finish.
-        let threads = std::mem::take(&mut *self.threads.lock());
-        for h in threads {
-            let _ = h.join();
-        }
-        self.journal.shutdown();
     }
 }

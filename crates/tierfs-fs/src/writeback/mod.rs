@@ -8,8 +8,8 @@
 //! It stands on the data path (`crate::data`) and the namespace, which know nothing of it;
 //! `Fs` puts it in order with them. Files: `crate::dirty` (one file's dirty extents), `reserve` (space reservation), `write` (the
 //! write path, reads and attributes over dirty data, flow control), `flush` (flushers,
-//! fsync, close, namespace ordering, drain), `replay` (the journal at start), `tune` (tunables
-//! changed at run time).
+//! fsync, close, namespace ordering), `shutdown` (the drain at unmount), `replay` (the journal
+//! at start), `tune` (tunables changed at run time).
 
 mod config;
 
@@ -34,6 +34,7 @@ mod ns_replay;
 mod ns_truncate;
 mod replay;
 mod reserve;
+mod shutdown;
 mod stats;
 mod tune;
 mod write;

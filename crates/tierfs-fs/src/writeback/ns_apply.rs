@@ -292,10 +292,18 @@ impl<S: Store> Writeback<S> {
                             // what it answers.
                             let _w = inode.file.as_ref().map(|st| st.rw.write());
                             let _own = inode.file.as_ref().map(|st| st.own_change());
+                            if set.size.is_some() && !self.truncate_still_pending(inode) {
+                                // Done by a data flush after this job's attempt was refused
+                                // (`ns_chattr`); a later truncate is a job of its own.
+                                self.c.ns_applied.fetch_add(1, Relaxed);
+                                return Ok(());
+                            }
                             self.sh.store.setattr(&node, None, set).map(|a| {
                                 self.ns.meta.put_attr(&a, Instant::now());
-                                if let Some(st) = &inode.file {
-                                    st.set_after_own_write(st.version().gen, &a);
+                                match &inode.file {
+                                    Some(st) if set.size.is_some() => self.truncate_applied(st, &a),
+                                    Some(st) => st.set_after_own_write(st.version().gen, &a),
+                                    None => {}
                                 }
                             })
                         }
@@ -316,6 +324,16 @@ impl<S: Store> Writeback<S> {
                             inode.ino
                         );
                         self.c.ns_conflicts.fetch_add(1, Relaxed);
+                        if set.size.is_some() {
+                            // What was written after the truncate must not land on the old
+                            // contents: kept under `lost/` (writers held off meanwhile).
+                            let _w = inode.file.as_ref().map(|st| st.rw.write());
+                            if self.truncate_still_pending(inode) {
+                                if let Err(er) = self.truncate_refused(inode, e) {
+                                    tracing::error!("write-back: {er}");
+                                }
+                            }
+                        }
                         Ok(())
                     }
                 }

@@ -9,22 +9,48 @@
 //! namespace flusher has applied it through the object's own node. Replay sets `path`'s
 //! attributes only if the name still holds that object.
 //!
-//! What is not deferred, done on the store as before: a size change (a truncate), a setuid
+//! What is not deferred, done on the store as before: a size change but a truncate to zero
+//! of a clean regular file (below), a setuid
 //! or setgid bit set or held (the store drops them by rules of its own at a chown), an owner
 //! change by a daemon that is not root or a change of someone else's object (the store
-//! would refuse it later, not now), and an mtime of a regular file (its data flush sets the
-//! application's mtime after writing, and the two would race), or any change of a file with
-//! dirty data. While a deferred one is queued, a setattr done on the store waits for it
-//! (`Fs::before_setattr`), and so does an unlink or rename done on the store (`ns_narrow`,
-//! `ns_remove`).
+//! would refuse it later, not now), or any change of a file with dirty data (`Fs::setattr`
+//! keeps an mtime with the dirty data, whose flush sets it after writing). While a deferred
+//! one is queued, a setattr done on the store waits for it (`Fs::before_setattr`), and so
+//! does an unlink or rename done on the store (`ns_narrow`, `ns_remove`).
+//!
+//! A regular file's times (`touch` of a file of the store, `make` touching a stamp) are
+//! deferred too. A write after it must land after it: its data flush ends by setting the
+//! application's mtime (the write's), and the deferred `touch` applied after that would put
+//! the older one back. So a file with a deferred setattr queued is not flushed
+//! (`Writeback::waits_for_namespace`, and `flush_file_now` drains first), and the check for
+//! dirty data here and the write's marking it dirty are serialized by the file's `rw` lock:
+//! either the setattr sees the dirty data (and is not deferred) or the flusher that picks
+//! the file up sees the setattr queued.
+//!
+//! A truncate to zero of a clean file of the store (`open(O_TRUNC)`, `ftruncate(fd, 0)`: `cp`
+//! over an existing file, a shell's `>`, a build rewriting its outputs) is deferred the same
+//! way, as a CHATTR with a size (mask bit 5). The file becomes an empty dirty file at once
+//! (`stage_truncate`): reads see zeros but for what is written after (the store's bytes
+//! are not the file's: `Dirty::truncate_pending`), and its data waits for the truncate like
+//! any data after a deferred setattr. The namespace flusher truncates it on the store, drops
+//! the old contents' cached blocks and makes the dirty data's base the empty file
+//! (`truncate_applied`); a data flush that finds the truncate still pending (the
+//! flusher's attempt was refused) truncates first. Replay truncates `path` only if it still
+//! holds the same file, before any write after the truncate is replayed (namespace records
+//! first; every write before it has its DONE ahead of it, as the file was clean). A truncate
+//! the store refuses keeps the data written after it in `lost/` (`truncate_refused`). Not
+//! deferred: a file with dirty data or a flush in progress, with other links (each name may
+//! be its own inode under a path identity), on a store that publishes at sync (S3).
 
 use super::ns_queue::Job;
 use super::ns_record::NsOp;
 use super::Writeback;
+use crate::dirty::Dirty;
+use crate::file_state::FileState;
 use crate::inode::Inode;
 use crate::namespace::is_provisional;
 use crate::shared::St;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
 use std::time::Instant;
 use tierfs_cache::journal::Record;
@@ -99,10 +125,15 @@ impl<S: Store> Writeback<S> {
             && set.uid.is_none()
             && set.gid.is_none()
             && set.atime.is_none()
-            && set.mtime.is_none();
+            && set.mtime.is_none()
+            && set.size.is_none();
+        // A truncate: to zero, of a regular file, on a store that does not publish whole
+        // objects at sync (S3 stages a truncate in a handle: `Fs::publish_truncate`).
+        let truncate = set.size.is_some();
         if !self.defers_namespace()
             || is_provisional(id)
-            || set.size.is_some()
+            || set.size.is_some_and(|s| s != 0)
+            || (truncate && (i.kind != FileKind::File || self.sh.store.publishes_at_sync()))
             || nothing
             || !matches!(i.kind, FileKind::File | FileKind::Dir | FileKind::Symlink)
             // (The store refuses it: Linux has no mode of a symlink to set.)
@@ -118,23 +149,49 @@ impl<S: Store> Writeback<S> {
             || (euid != 0 && (owner || base.uid != euid))
             || set.mode.is_some_and(|m| m & SUID_SGID != 0)
             || base.perm as u32 & SUID_SGID != 0
+            // Its other names may be other inodes here (a path identity): all would have to
+            // show the truncate, and a write through one would not wait for a touch of another.
+            || (i.kind == FileKind::File && base.nlink > 1 && (truncate || set.mtime.is_some()))
         {
             return None;
         }
-        if let Some(st) = &i.file {
-            if set.mtime.is_some() || st.has_dirty.load(Acquire) {
-                return None;
-            }
-        }
         let path = self.backing_path(i)?;
         let now = TimeSpec::now();
-        let mut op = NsOp::setattr(path, set, now);
+        let mut op = NsOp::setattr(path.clone(), set, now);
         let NsOp::SetAttr { of, .. } = &mut op else {
             return None;
         };
         *of = Some((i.kind, id));
         let resolved = op.set_attr()?;
         let q = self.nsq.q.lock();
+        // Writers held off until the setattr is queued (see the module comment), taken after
+        // the queue as everywhere; never waited for here, on the dispatching thread: a
+        // reader may hold it across a fetch.
+        let _w = match &i.file {
+            Some(st) => {
+                let w = st.rw.try_write()?;
+                if truncate && st.dirty.lock().as_ref().is_some_and(|d| d.truncate_pending) {
+                    // Truncated again before the store has the first (`cp`, then `>`).
+                    let only_times = set.mode.is_none() && set.uid.is_none() && set.gid.is_none();
+                    if !only_times {
+                        return None;
+                    }
+                    self.truncate_again(st, now)?;
+                    let mut a = base;
+                    self.overlay_chattr(i.ino, &mut a);
+                    (a.size, a.blocks, a.mtime) = (0, 0, now);
+                    return Some(a);
+                }
+                // (A file with dirty data is truncated on the store after its flush: dropping
+                // its data would take a DROP and the CHATTR, two records a full journal or a
+                // crash could split.)
+                if st.has_dirty.load(Acquire) || (truncate && st.flushing.load(Acquire)) {
+                    return None;
+                }
+                Some(w)
+            }
+            None => None,
+        };
         let seq = self
             .journal
             .append(Record::Ns {
@@ -149,6 +206,9 @@ impl<S: Store> Writeback<S> {
             self.nsq.attrs_shadowed.store(true, Relaxed);
             e.1
         };
+        if let (true, Some(st)) = (truncate, &i.file) {
+            self.stage_truncate(i, st, path, seq, now);
+        }
         if i.kind == FileKind::Dir {
             // A directory with creates on their way into it shows its shadow's times
             // (`shadow_dir_attr`, laid over these): tar setting a directory's times once it
@@ -167,7 +227,95 @@ impl<S: Store> Writeback<S> {
         );
         let mut a = base;
         shadow.over(&mut a);
+        if truncate {
+            (a.size, a.blocks, a.mtime) = (0, 0, now);
+        }
         Some(a)
+    }
+
+    /// A truncate to zero of clean file `i` of the store, journaled at `seq` and about to be
+    /// queued (the queue and the file's `rw` held): from now on the file is an empty dirty
+    /// file, whose bytes do not come from the store (`Dirty::truncate_pending`, read by
+    /// `read_over_dirty`) until the namespace flusher has truncated it there
+    /// (`truncate_applied`); the data written next waits for that (`waits_for_namespace`).
+    /// No DROP is needed: the file is clean, so the DONE of every write before is in the
+    /// journal ahead of this record, and a replay that finds the truncate finds the DONE.
+    fn stage_truncate(
+        &self,
+        i: &Arc<Inode<St<S>>>,
+        st: &FileState,
+        path: Vec<u8>,
+        seq: u64,
+        now: TimeSpec,
+    ) {
+        let mut d = Dirty::new(0, path);
+        d.base = Some(st.version().fp);
+        d.truncate_pending = true;
+        d.max_seq = seq;
+        d.mtime_ns = now.sec * 1_000_000_000 + now.nsec as i64;
+        let mut g = st.dirty.lock();
+        if let Some(old) = g.take() {
+            // What the dropped runs had reserved, and a flush error not yet reported.
+            self.reserve.release(old.reserved);
+            d.error = old.error;
+        }
+        *g = Some(d);
+        drop(g);
+        // A read that took the store's bytes before this must not lay them under the data
+        // written after it (`read_over_dirty` reads again when this moved).
+        st.flush_gen.fetch_add(1, AcqRel);
+        st.has_dirty.store(true, Release);
+        if self
+            .files
+            .lock()
+            .insert(st.journal_key, i.clone())
+            .is_none()
+        {
+            self.c.dirty_files.fetch_add(1, Relaxed);
+        }
+        self.c.ns_truncated.fetch_add(1, Relaxed);
+    }
+
+    /// A truncate to zero of a file whose staged truncate is not on the store yet (the queue
+    /// and the file's `rw` held): what was written since is dropped, as for a new file
+    /// (`ns_truncate`), with a DROP record up to its last write so that replay skips it; the
+    /// queued truncate does the rest. None: the journal could not take the DROP.
+    fn truncate_again(&self, st: &FileState, now: TimeSpec) -> Option<()> {
+        let upto = st.dirty.lock().as_ref().map(|d| d.max_seq)?;
+        let (dev, ino) = st.journal_key;
+        if let Err(e) = self.journal.drop_file(dev, ino, upto) {
+            tracing::debug!("write-back journal: {e}: the truncate is done on the store");
+            return None;
+        }
+        // Dropping cannot fail.
+        let _ = self.take_dirty_runs(st, |_| Ok(()));
+        if let Some(d) = st.dirty.lock().as_mut() {
+            d.size = 0;
+            d.mtime_ns = now.sec * 1_000_000_000 + now.nsec as i64;
+        }
+        st.flush_gen.fetch_add(1, AcqRel);
+        self.c.ns_truncated.fetch_add(1, Relaxed);
+        Some(())
+    }
+
+    /// A queued truncate of `inode` is still to be done on the store (its `rw` held): not
+    /// done since by a data flush (see `truncate_applied`).
+    pub(super) fn truncate_still_pending(&self, inode: &Inode<St<S>>) -> bool {
+        inode
+            .file
+            .as_ref()
+            .is_some_and(|st| st.dirty.lock().as_ref().is_some_and(|d| d.truncate_pending))
+    }
+
+    /// The namespace flusher truncated file `st` on the store, which answered `a` (its
+    /// `rw` held): the cached blocks of the old contents go, and the dirty data written
+    /// since is made on the empty file.
+    pub(super) fn truncate_applied(&self, st: &FileState, a: &Attr) {
+        st.invalidate(Some(a));
+        if let Some(d) = st.dirty.lock().as_mut() {
+            d.base = Some(a.fingerprint());
+            d.truncate_pending = false;
+        }
     }
 
     /// A deferred setattr of an object of the store is on the store: once none is left for
@@ -182,6 +330,15 @@ impl<S: Store> Writeback<S> {
             }
         }
         self.nsq.attrs_shadowed.store(!m.is_empty(), Relaxed);
+        drop(m);
+        if inode
+            .file
+            .as_ref()
+            .is_some_and(|st| st.has_dirty.load(Acquire))
+        {
+            // Written since: its data flush waited for this (`waits_for_namespace`).
+            self.notify();
+        }
     }
 
     /// Kernel inode `ino` has a deferred setattr not yet on the store.

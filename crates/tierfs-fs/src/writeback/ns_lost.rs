@@ -1,4 +1,5 @@
-//! What becomes of a file whose deferred create the store refused (see `ns`).
+//! What becomes of a file whose deferred create, or deferred truncate, the store refused
+//! (see `ns`, `ns_chattr`).
 
 use super::Writeback;
 use crate::inode::Inode;
@@ -11,6 +12,18 @@ impl<S: Store> Writeback<S> {
     /// journal directory (never written over the other's file, never dropped), the journal
     /// lets go of it, and the application hears EIO at its next fsync or close.
     pub(crate) fn flush_refused(&self, i: &Arc<Inode<St<S>>>, e: Errno) -> Result<bool> {
+        self.save_lost(i, e, "the store refused to create it")
+    }
+
+    /// A file of the store whose deferred truncate the store refused (ETXTBSY: a program
+    /// runs it; EPERM): the data written after the truncate is saved under `lost/` as for a
+    /// refused create, never written over the old contents the store kept (a mix of both),
+    /// and the file is again what the store has. The caller holds the file's `rw`.
+    pub(crate) fn truncate_refused(&self, i: &Arc<Inode<St<S>>>, e: Errno) -> Result<bool> {
+        self.save_lost(i, e, "the store refused to truncate it")
+    }
+
+    fn save_lost(&self, i: &Arc<Inode<St<S>>>, e: Errno, why: &str) -> Result<bool> {
         use std::os::unix::fs::FileExt;
         let Some(st) = i.file.clone() else {
             return Ok(true);
@@ -41,7 +54,7 @@ impl<S: Store> Writeback<S> {
             .map(|d| String::from_utf8_lossy(&d.path).into_owned())
             .unwrap_or_default();
         let report = format!(
-            "file: {path}\nwhy: the store refused to create it ({e}) when write-back applied its create\nsaved: {}\n",
+            "file: {path}\nwhy: {why} ({e}) when write-back applied it\nsaved: {}\n",
             f.display()
         );
         std::fs::write(lost.join(format!("{dev:x}-{ino}.txt")), report)
@@ -55,6 +68,17 @@ impl<S: Store> Writeback<S> {
         }
         tracing::error!("write-back: the data of {path} is saved in {}", f.display());
         *st.pending_error.lock() = Some(Errno::EIO);
+        let untruncated = st
+            .dirty
+            .lock()
+            .as_mut()
+            .is_some_and(|d| std::mem::replace(&mut d.truncate_pending, false));
+        if untruncated {
+            // The store's bytes are the file's again, read anew.
+            st.invalidate(None);
+            st.flush_gen
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         self.settle_clean(i);
         Ok(true)
     }

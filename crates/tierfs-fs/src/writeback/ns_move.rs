@@ -14,7 +14,7 @@
 //! `ns_rename`: an empty DATA record under the new path (if the file has dirty data), then
 //! the MOVE record, which replay applies to the store in its place in the journal order.
 
-use super::ns_queue::Job;
+use super::ns_queue::{Job, Victim};
 use super::ns_record::NsOp;
 use super::Writeback;
 use crate::inode::Inode;
@@ -51,6 +51,24 @@ impl<S: Store> Writeback<S> {
         }
         let from = self.backing_path(&inode)?;
         let to = self.backing_path_in(p, newname)?;
+        self.queue_move(q, inode, p, (name, newname), (from, to), None)
+    }
+
+    /// What a move and a replace (`ns_replace`) share once they are decided: the file's
+    /// writers held off, the MOVE record journaled, the provisional object renamed, its
+    /// directory's times moved, the job queued. `over`: the object of the store the new
+    /// name held, which no name leads to once the record is in the journal. None: nothing
+    /// journaled and nothing changed.
+    pub(super) fn queue_move(
+        &self,
+        q: parking_lot::MutexGuard<'_, VecDeque<Job<S>>>,
+        inode: Arc<Inode<St<S>>>,
+        p: &Arc<Inode<St<S>>>,
+        (name, newname): (&OsStr, &OsStr),
+        (from, to): (Vec<u8>, Vec<u8>),
+        over: Option<Victim>,
+    ) -> Option<()> {
+        let id = inode.id();
         // Writers of the file wait, as for a deferred rename (`ns_rename`).
         let st = inode.file.clone();
         let _w = st.as_ref().map(|st| st.rw.write());
@@ -59,9 +77,13 @@ impl<S: Store> Writeback<S> {
             from: from.clone(),
             to: to.clone(),
             prov: id.1,
-            over: None,
+            over: over.as_ref().map(|v| (v.kind, v.id, v.size)),
         };
         let seq = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)?;
+        if let Some(v) = &over {
+            // What the name held: no name leads to it any more, as after an unlink.
+            self.forget_object(v.id, p, newname);
+        }
         self.ns.prov.hide(p.id(), name);
         self.ns.prov.rename(id, p.id(), newname);
         self.ns.made_name(p.id(), newname);
@@ -82,7 +104,7 @@ impl<S: Store> Writeback<S> {
                 parent: p.clone(),
                 from: name.to_owned(),
                 to: newname.to_owned(),
-                over: None,
+                over,
                 at: Instant::now(),
             },
         );

@@ -94,6 +94,9 @@ pub(crate) enum NsOp {
         /// Of an object of the store (op 8, `ns_chattr`): its kind and identity as the store
         /// gave it, checked at replay; None: of an object write-back made (op 2).
         of: Option<(FileKind, (u64, u64))>,
+        /// A truncate of a file of the store (op 8 only: `ns_chattr`, to 0), mask bit 5,
+        /// its size after the identity.
+        size: Option<u64>,
     },
     /// A file or symlink made by the CREATE of seq `prov`, removed before it reached the
     /// store (`Writeback::unlink_deferred`).
@@ -216,8 +219,8 @@ impl<'a> Reader<'a> {
 }
 
 impl NsOp {
-    /// A SETATTR of `set` (no size: truncates are not deferred), its "now" times resolved to
-    /// `now`.
+    /// A SETATTR of `set` (a size only of a store object's CHATTR), its "now" times resolved
+    /// to `now`.
     pub(crate) fn setattr(path: Vec<u8>, set: &SetAttr, now: TimeSpec) -> NsOp {
         let t = |u: &Option<TimeUpdate>| match u {
             Some(TimeUpdate::Set(t)) => Some(*t),
@@ -232,6 +235,7 @@ impl NsOp {
             atime: t(&set.atime),
             mtime: t(&set.mtime),
             of: None,
+            size: set.size,
         }
     }
 
@@ -244,12 +248,13 @@ impl NsOp {
                 gid,
                 atime,
                 mtime,
+                size,
                 ..
             } => Some(SetAttr {
                 mode: *mode,
                 uid: *uid,
                 gid: *gid,
-                size: None,
+                size: *size,
                 atime: atime.map(TimeUpdate::Set),
                 mtime: mtime.map(TimeUpdate::Set),
             }),
@@ -289,6 +294,7 @@ impl NsOp {
                 atime,
                 mtime,
                 of,
+                size,
             } => {
                 out.push(if of.is_some() { OP_CHATTR } else { OP_SETATTR });
                 put_bytes(&mut out, path);
@@ -296,7 +302,8 @@ impl NsOp {
                     | (uid.is_some() as u8) << 1
                     | (gid.is_some() as u8) << 2
                     | (atime.is_some() as u8) << 3
-                    | (mtime.is_some() as u8) << 4;
+                    | (mtime.is_some() as u8) << 4
+                    | (size.is_some() as u8) << 5;
                 out.push(mask);
                 out.extend_from_slice(&mode.unwrap_or(0).to_le_bytes());
                 out.extend_from_slice(&uid.unwrap_or(0).to_le_bytes());
@@ -307,6 +314,9 @@ impl NsOp {
                     out.push(kind_byte(*kind));
                     out.extend_from_slice(&id.0.to_le_bytes());
                     out.extend_from_slice(&id.1.to_le_bytes());
+                }
+                if let Some(size) = size {
+                    out.extend_from_slice(&size.to_le_bytes());
                 }
             }
             NsOp::Unlink { path, kind, prov } => {
@@ -427,6 +437,10 @@ impl NsOp {
                 } else {
                     None
                 };
+                if on(5) && of.is_none() {
+                    return Err("namespace record: a size of a new object");
+                }
+                let size = if on(5) { Some(r.i64()? as u64) } else { None };
                 NsOp::SetAttr {
                     path,
                     mode: on(0).then_some(mode),
@@ -435,6 +449,7 @@ impl NsOp {
                     atime: on(3).then_some(atime),
                     mtime: on(4).then_some(mtime),
                     of,
+                    size,
                 }
             }
             OP_UNLINK => {

@@ -40,6 +40,7 @@ fn round_trip_and_garbage() {
                 nsec: 999_999_999,
             }),
             of: None,
+            size: None,
         },
         NsOp::SetAttr {
             path: b"src/lib.rs".to_vec(),
@@ -49,6 +50,17 @@ fn round_trip_and_garbage() {
             atime: Some(TimeSpec { sec: 7, nsec: 1 }),
             mtime: None,
             of: Some((FileKind::File, (3, u64::MAX))),
+            size: None,
+        },
+        NsOp::SetAttr {
+            path: b"out/app.o".to_vec(),
+            mode: None,
+            uid: None,
+            gid: None,
+            atime: None,
+            mtime: None,
+            of: Some((FileKind::File, (3, 77))),
+            size: Some(0),
         },
         NsOp::SetAttr {
             path: Vec::new(),
@@ -58,6 +70,7 @@ fn round_trip_and_garbage() {
             atime: None,
             mtime: None,
             of: Some((FileKind::Dir, (1 << 63 | 9, 2))),
+            size: None,
         },
         NsOp::Unlink {
             path: b"a/conftest.c".to_vec(),

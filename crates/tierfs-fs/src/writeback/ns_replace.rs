@@ -26,7 +26,7 @@
 //! still pending.
 
 use super::ns_apply::{transient, Applying};
-use super::ns_queue::{Job, Victim};
+use super::ns_queue::Victim;
 use super::ns_record::NsOp;
 use super::ns_remove::{claim_unopened, same_object};
 use super::Writeback;
@@ -37,7 +37,6 @@ use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
 use tierfs_store::{Errno, Store};
 
 impl<S: Store> Writeback<S> {
@@ -70,52 +69,19 @@ impl<S: Store> Writeback<S> {
             give_back();
             return None;
         }
-        // Writers of the file wait, as for a deferred rename (`ns_rename`).
-        let st = inode.file.clone();
-        let _w = st.as_ref().map(|st| st.rw.write());
-        let mut dirty = st.as_ref().map(|st| st.dirty.lock());
-        let op = NsOp::Move {
-            from: from.clone(),
-            to: to.clone(),
-            prov: id.1,
-            over: Some((c.kind, c.id, size)),
+        let over = Victim {
+            kind: c.kind,
+            id: c.id,
+            size,
         };
-        let Some(seq) = self.journal_renaming(st.as_deref(), dirty.as_deref_mut(), &from, &to, &op)
-        else {
+        if self
+            .queue_move(q, inode, p, (name, newname), (from, to), Some(over))
+            .is_none()
+        {
             give_back();
             return None;
-        };
-        // What the name held: no name leads to it any more, as after an unlink.
-        self.forget_object(c.id, p, newname);
-        self.ns.prov.hide(p.id(), name);
-        self.ns.prov.rename(id, p.id(), newname);
-        self.ns.made_name(p.id(), newname);
-        inode.moved_to(p.clone(), newname);
-        drop(dirty);
-        drop(_w);
-        let now = tierfs_store::TimeSpec::now();
-        self.dir_changed(p.id(), |a| {
-            a.mtime = now;
-            a.ctime = now;
-        });
-        self.ns.prov.update_attr(id, |a| a.ctime = now);
+        }
         self.c.ns_replaced.fetch_add(1, Relaxed);
-        self.enqueue(
-            q,
-            Job::Moved {
-                seq,
-                inode,
-                parent: p.clone(),
-                from: name.to_owned(),
-                to: newname.to_owned(),
-                over: Some(Victim {
-                    kind: c.kind,
-                    id: c.id,
-                    size,
-                }),
-                at: Instant::now(),
-            },
-        );
         Some(())
     }
 

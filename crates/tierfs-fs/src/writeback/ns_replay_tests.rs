@@ -90,6 +90,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         atime: None,
         mtime: None,
         of: None,
+        size: None,
     };
     let rename = |from: &str, to: &str, prov| NsOp::Rename {
         from: from.as_bytes().to_vec(),
@@ -303,6 +304,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
         atime: None,
         mtime: None,
         of: None,
+        size: None,
     };
     // Made before the crash: b.lock (its CREATE done, its move not); c (moved before the
     // crash, then c.lock made again by a later pending CREATE); d.lock and someone else's d.
@@ -484,6 +486,7 @@ fn links_replay_under_the_new_name_and_unaliased_names_never_reach_the_store() {
                 atime: None,
                 mtime: None,
                 of: None,
+                size: None,
             },
         ),
         record(3, link("tmp_obj_1", "aa11", 1)),
@@ -532,4 +535,43 @@ fn links_replay_under_the_new_name_and_unaliased_names_never_reach_the_store() {
     replay_ns(&store, &journal, &pending, &c).unwrap();
     assert_eq!(std::fs::read(back.join("o/p")).unwrap(), b"theirs");
     assert_eq!(c.ns_conflicts.load(Relaxed), 1);
+}
+
+#[test]
+fn a_truncate_of_a_file_of_the_store_replays_only_on_that_file() {
+    let t = tempfile::tempdir().unwrap();
+    let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
+    std::fs::create_dir_all(back.join("g/now_a_dir")).unwrap();
+    std::fs::write(back.join("g/out.o"), vec![b'o'; 1000]).unwrap();
+    let store = IdStore::new(CountedStore::new(
+        PosixStore::open_with(&back, IdentityChoice::Path).unwrap(),
+    ))
+    .unwrap();
+    let (journal, _) =
+        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let truncate = |name: &str| NsOp::SetAttr {
+        path: format!("g/{name}").into_bytes(),
+        mode: None,
+        uid: None,
+        gid: None,
+        atime: None,
+        mtime: None,
+        of: Some((FileKind::File, (1u64 << 63, 7))),
+        size: Some(0),
+    };
+    let pending = [
+        record(1, truncate("out.o")),
+        record(2, truncate("now_a_dir")),
+    ];
+    append_all(&journal, &pending);
+    let c = WbCounters::default();
+    replay_ns(&store, &journal, &pending, &c).unwrap();
+    assert_eq!(std::fs::read(back.join("g/out.o")).unwrap(), b"");
+    assert!(back.join("g/now_a_dir").is_dir());
+    assert_eq!(
+        c.ns_conflicts.load(Relaxed),
+        1,
+        "a directory holds that name now"
+    );
+    journal.shutdown();
 }

@@ -233,10 +233,11 @@ impl<S: Store> Writeback<S> {
                 if self.files.lock().insert(key, of.inode.clone()).is_none() {
                     self.c.dirty_files.fetch_add(1, Relaxed);
                 }
-                // A file already dirty is known to the flushers, and one whose create is
-                // deferred is theirs once published (`publish` wakes them): no wake-up of
-                // every flusher per write, each walking the dirty files for nothing.
-                wake = !self.waits_for_create(&of.inode);
+                // A file already dirty is known to the flushers, and one that waits for the
+                // namespace flusher is theirs once that is done (`publish` wakes them, and
+                // `chattr_applied`): no wake-up of every flusher per write, each walking the
+                // dirty files for nothing.
+                wake = !self.waits_for_namespace(&of.inode);
             }
             drop(g);
             if wake {
@@ -261,7 +262,14 @@ impl<S: Store> Writeback<S> {
             // may be failing. Held off (`rw`) meanwhile, a flusher cannot take dirty bytes
             // between that check and the overlay below.
             let mut held = Some(of.state.rw.read());
-            let base = if crate::namespace::is_provisional(of.inode.id()) {
+            // Truncated, the store not yet (`ns_chattr`): nothing of its bytes is the file's.
+            let truncated = of
+                .state
+                .dirty
+                .lock()
+                .as_ref()
+                .is_some_and(|d| d.truncate_pending);
+            let base = if truncated || crate::namespace::is_provisional(of.inode.id()) {
                 Bytes::new()
             } else {
                 held = None;
@@ -377,7 +385,8 @@ impl<S: Store> Writeback<S> {
         let Some(st) = &i.file else { return };
         let mut g = st.dirty.lock();
         if let Some(d) = g.as_ref() {
-            if !d.is_clean() {
+            // (A truncate not yet on the store is what the file is: it stays.)
+            if !d.is_clean() || d.truncate_pending {
                 return;
             }
             self.reserve.release(d.reserved);
