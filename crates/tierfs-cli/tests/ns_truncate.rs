@@ -284,16 +284,26 @@ fn a_truncate_of_a_file_of_the_store_returns_before_the_store_has_it() {
             assert_eq!(std::fs::read(ms.join("a")).unwrap(), b"new a");
             assert_eq!(std::fs::read(ms.join("b")).unwrap(), want_b);
             // Across kill -9: truncated and written, killed before the flusher came.
-            // e is truncated and written, then truncated again before the store has the
-            // first truncate: what the first write left goes, in a replay too.
-            std::fs::write(ms.join("e"), b"e, written first and longer").unwrap();
+            // e has dirty data the store has not seen (it waits for a deferred chmod) when
+            // it is truncated: that data goes, never to reach the store, in a replay either.
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(ms.join("e"), std::fs::Permissions::from_mode(0o600))
+                    .unwrap();
+            }
+            OpenOptions::new()
+                .append(true)
+                .open(ms.join("e"))
+                .unwrap()
+                .write_all(b"dirty, never on the store")
+                .unwrap();
             let t1 = stat_of(&mnt, "writeback.namespace.truncated");
             std::fs::write(ms.join("e"), b"replayed").unwrap();
             assert_eq!(std::fs::read(ms.join("e")).unwrap(), b"replayed");
             assert_eq!(
                 stat_of(&mnt, "writeback.namespace.truncated") - t1,
                 1,
-                "a second truncate before the store has the first is deferred too"
+                "the truncate of a file with dirty data is deferred too"
             );
             std::thread::sleep(Duration::from_millis(500));
             (truncated, waited)

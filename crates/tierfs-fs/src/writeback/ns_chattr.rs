@@ -37,9 +37,11 @@
 //! (`truncate_applied`); a data flush that finds the truncate still pending (the
 //! flusher's attempt was refused) truncates first. Replay truncates `path` only if it still
 //! holds the same file, before any write after the truncate is replayed (namespace records
-//! first; every write before it has its DONE ahead of it, as the file was clean). A truncate
+//! first; the record names the file's journal key, and replay writes none of its data
+//! records older than it: the dirty data of a file truncated so is dropped with no second
+//! record to depend on). A truncate
 //! the store refuses keeps the data written after it in `lost/` (`truncate_refused`). Not
-//! deferred: a file with dirty data or a flush in progress, with other links (each name may
+//! deferred: a file a flusher is writing, with other links (each name may
 //! be its own inode under a path identity), on a store that publishes at sync (S3).
 
 use super::ns_queue::Job;
@@ -158,10 +160,14 @@ impl<S: Store> Writeback<S> {
         let path = self.backing_path(i)?;
         let now = TimeSpec::now();
         let mut op = NsOp::setattr(path.clone(), set, now);
-        let NsOp::SetAttr { of, .. } = &mut op else {
+        let NsOp::SetAttr { of, size, .. } = &mut op else {
             return None;
         };
         *of = Some((i.kind, id));
+        if let (Some((_, key)), Some(st)) = (size.as_mut(), &i.file) {
+            // Replay writes none of the file's data records before it.
+            *key = st.journal_key;
+        }
         let resolved = op.set_attr()?;
         let q = self.nsq.q.lock();
         // Writers held off until the setattr is queued (see the module comment), taken after
@@ -182,13 +188,20 @@ impl<S: Store> Writeback<S> {
                     (a.size, a.blocks, a.mtime) = (0, 0, now);
                     return Some(a);
                 }
-                // (A file with dirty data is truncated on the store after its flush: dropping
-                // its data would take a DROP and the CHATTR, two records a full journal or a
-                // crash could split.)
-                if st.has_dirty.load(Acquire) || (truncate && st.flushing.load(Acquire)) {
+                let dirty = st.has_dirty.load(Acquire);
+                if dirty && !truncate {
                     return None;
                 }
-                Some(w)
+                // A truncate drops what is not on the store yet: taken from the flushers
+                // meanwhile (none may hold it). Its record says so to replay by itself.
+                let claim = match truncate {
+                    true => match st.flushing.compare_exchange(false, true, AcqRel, Acquire) {
+                        Ok(_) => Some(Claimed(st)),
+                        Err(_) => return None,
+                    },
+                    false => None,
+                };
+                Some((w, claim, dirty))
             }
             None => None,
         };
@@ -207,6 +220,9 @@ impl<S: Store> Writeback<S> {
             e.1
         };
         if let (true, Some(st)) = (truncate, &i.file) {
+            if _w.as_ref().is_some_and(|(_, _, dirty)| *dirty) {
+                self.drop_unflushed(st, seq);
+            }
             self.stage_truncate(i, st, path, seq, now);
         }
         if i.kind == FileKind::Dir {
@@ -233,13 +249,13 @@ impl<S: Store> Writeback<S> {
         Some(a)
     }
 
-    /// A truncate to zero of clean file `i` of the store, journaled at `seq` and about to be
-    /// queued (the queue and the file's `rw` held): from now on the file is an empty dirty
-    /// file, whose bytes do not come from the store (`Dirty::truncate_pending`, read by
-    /// `read_over_dirty`) until the namespace flusher has truncated it there
-    /// (`truncate_applied`); the data written next waits for that (`waits_for_namespace`).
-    /// No DROP is needed: the file is clean, so the DONE of every write before is in the
-    /// journal ahead of this record, and a replay that finds the truncate finds the DONE.
+    /// A truncate to zero of file `i` of the store (clean, or its dirty data just dropped),
+    /// journaled at `seq` and about to be queued (the queue and the file's `rw` held): from
+    /// now on the file is an empty dirty file, whose bytes do not come from the store
+    /// (`Dirty::truncate_pending`, read by `read_over_dirty`) until the namespace flusher has
+    /// truncated it there (`truncate_applied`); the data written next waits for that
+    /// (`waits_for_namespace`). Replay writes none of the file's data records older than the
+    /// truncate's (`NsReplayed::truncated`).
     fn stage_truncate(
         &self,
         i: &Arc<Inode<St<S>>>,
@@ -274,6 +290,19 @@ impl<S: Store> Writeback<S> {
             self.c.dirty_files.fetch_add(1, Relaxed);
         }
         self.c.ns_truncated.fetch_add(1, Relaxed);
+    }
+
+    /// The dirty data of file `st`, truncated to zero by the record of `seq` (held from the
+    /// flushers, the queue and its `rw` held): dropped. That record is what tells replay to
+    /// skip the data (`NsReplayed::truncated`); a DROP up to it lets the journal free it
+    /// sooner, and if the journal cannot take one, the next DONE of the file does.
+    fn drop_unflushed(&self, st: &FileState, seq: u64) {
+        // Dropping cannot fail.
+        let _ = self.take_dirty_runs(st, |_| Ok(()));
+        let (dev, ino) = st.journal_key;
+        if let Err(e) = self.journal.drop_file(dev, ino, seq) {
+            tracing::debug!("write-back journal: {e}: the truncated data is let go later");
+        }
     }
 
     /// A truncate to zero of a file whose staged truncate is not on the store yet (the queue
@@ -364,6 +393,15 @@ impl<S: Store> Writeback<S> {
     /// Shadows of deferred setattrs dropped so far (see `Fs::shown_stable`).
     pub(crate) fn chattrs_unshadowed(&self) -> u64 {
         self.nsq.attrs_unshadowed.load(Acquire)
+    }
+}
+
+/// A file taken from the flushers (`FileState::flushing`) until this is dropped.
+struct Claimed<'a>(&'a FileState);
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.store(false, Release);
     }
 }
 

@@ -94,9 +94,10 @@ pub(crate) enum NsOp {
         /// Of an object of the store (op 8, `ns_chattr`): its kind and identity as the store
         /// gave it, checked at replay; None: of an object write-back made (op 2).
         of: Option<(FileKind, (u64, u64))>,
-        /// A truncate of a file of the store (op 8 only: `ns_chattr`, to 0), mask bit 5,
-        /// its size after the identity.
-        size: Option<u64>,
+        /// A truncate of a file of the store (op 8 only: `ns_chattr`, to 0), mask bit 5: the
+        /// size and the file's journal key, after the identity. Replay writes none of that
+        /// key's data records older than this one (the truncate made them moot).
+        size: Option<(u64, (u64, u64))>,
     },
     /// A file or symlink made by the CREATE of seq `prov`, removed before it reached the
     /// store (`Writeback::unlink_deferred`).
@@ -235,7 +236,7 @@ impl NsOp {
             atime: t(&set.atime),
             mtime: t(&set.mtime),
             of: None,
-            size: set.size,
+            size: set.size.map(|s| (s, (0, 0))),
         }
     }
 
@@ -254,7 +255,7 @@ impl NsOp {
                 mode: *mode,
                 uid: *uid,
                 gid: *gid,
-                size: *size,
+                size: size.map(|(s, _)| s),
                 atime: atime.map(TimeUpdate::Set),
                 mtime: mtime.map(TimeUpdate::Set),
             }),
@@ -315,8 +316,10 @@ impl NsOp {
                     out.extend_from_slice(&id.0.to_le_bytes());
                     out.extend_from_slice(&id.1.to_le_bytes());
                 }
-                if let Some(size) = size {
+                if let Some((size, key)) = size {
                     out.extend_from_slice(&size.to_le_bytes());
+                    out.extend_from_slice(&key.0.to_le_bytes());
+                    out.extend_from_slice(&key.1.to_le_bytes());
                 }
             }
             NsOp::Unlink { path, kind, prov } => {
@@ -440,7 +443,12 @@ impl NsOp {
                 if on(5) && of.is_none() {
                     return Err("namespace record: a size of a new object");
                 }
-                let size = if on(5) { Some(r.i64()? as u64) } else { None };
+                let size = if on(5) {
+                    let size = r.i64()? as u64;
+                    Some((size, (r.i64()? as u64, r.i64()? as u64)))
+                } else {
+                    None
+                };
                 NsOp::SetAttr {
                     path,
                     mode: on(0).then_some(mode),

@@ -60,7 +60,7 @@ fn round_trip_and_garbage() {
             atime: None,
             mtime: None,
             of: Some((FileKind::File, (3, 77))),
-            size: Some(0),
+            size: Some((0, (3, 77))),
         },
         NsOp::SetAttr {
             path: Vec::new(),

@@ -47,6 +47,9 @@ pub(crate) struct NsReplayed {
     /// Where provisional files made or renamed by a pending record are now (by the seq of
     /// their CREATE): their data records go there, whatever path the last of them names.
     pub moved: rustc_hash::FxHashMap<u64, Vec<u8>>,
+    /// Files a pending truncate emptied (`ns_chattr`), by journal key: the seq of the last
+    /// such record. Their data records before it are not written (the truncate made them moot).
+    pub truncated: rustc_hash::FxHashMap<(u64, u64), u64>,
 }
 
 /// Where an object named by a record is after the pending renames that follow it.
@@ -69,6 +72,7 @@ pub(crate) fn replay_ns<S: Store>(
     let mut refused: Vec<Vec<u8>> = Vec::new();
     let mut dropped: rustc_hash::FxHashSet<u64> = Default::default();
     let mut moved: rustc_hash::FxHashMap<u64, Vec<u8>> = Default::default();
+    let mut truncated: rustc_hash::FxHashMap<(u64, u64), u64> = Default::default();
     // Provisional objects this replay made from their CREATE records (by its seq).
     let mut made_now: rustc_hash::FxHashSet<u64> = Default::default();
     let mut dirs: Vec<Vec<u8>> = Vec::new();
@@ -360,8 +364,14 @@ pub(crate) fn replay_ns<S: Store>(
                 moved.insert(p.seq, path);
             }
             NsOp::SetAttr {
-                path: recorded, of, ..
+                path: recorded,
+                of,
+                size,
+                ..
             } => {
+                if let Some((_, key)) = size {
+                    truncated.insert(*key, p.seq);
+                }
                 let Some(set) = op.set_attr() else { continue };
                 // Recorded under a name the object left by a deferred rename: it is under the
                 // last one (whatever holds the old name now is another object).
@@ -580,6 +590,7 @@ pub(crate) fn replay_ns<S: Store>(
         refused_prov,
         dropped,
         moved,
+        truncated,
     })
 }
 

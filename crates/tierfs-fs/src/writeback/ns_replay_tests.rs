@@ -557,7 +557,7 @@ fn a_truncate_of_a_file_of_the_store_replays_only_on_that_file() {
         atime: None,
         mtime: None,
         of: Some((FileKind::File, (1u64 << 63, 7))),
-        size: Some(0),
+        size: Some((0, (1u64 << 63, 7))),
     };
     let pending = [
         record(1, truncate("out.o")),

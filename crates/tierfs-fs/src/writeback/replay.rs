@@ -135,7 +135,18 @@ fn replay_pending<S: Store>(
     for p in pending {
         by_file.entry((p.file.dev, p.file.ino)).or_default().push(p);
     }
-    for ((dev, ino), writes) in by_file {
+    for ((dev, ino), mut writes) in by_file {
+        // Those before a pending truncate of the file are moot (`ns_chattr`): let go of them.
+        let all_upto = writes.iter().map(|w| w.seq).max().unwrap_or(0);
+        if let Some(t) = ns.truncated.get(&(dev, ino)) {
+            writes.retain(|w| w.seq > *t);
+            if writes.is_empty() {
+                journal
+                    .done(dev, ino, all_upto)
+                    .map_err(|e| format!("write-back journal: {e}"))?;
+                continue;
+            }
+        }
         // A provisional file made or renamed by a pending namespace record is where that
         // record put it (the path of its last write may be older: `ns_rename`).
         let path = match ns.moved.get(&ino) {
@@ -223,7 +234,7 @@ fn replay_pending<S: Store>(
             }
         }
         journal
-            .done(dev, ino, upto)
+            .done(dev, ino, upto.max(all_upto))
             .map_err(|e| format!("write-back journal: {e}"))?;
     }
     journal
