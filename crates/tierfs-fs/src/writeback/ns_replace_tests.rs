@@ -2,13 +2,10 @@
 
 use super::super::ns_record::NsOp;
 use super::super::ns_replay::replay_ns;
-use super::super::ns_replay::tests::{append_all, record};
+use super::super::ns_replay::tests::{append_all, record, store_and_journal};
 use super::super::stats::WbCounters;
-use crate::counted::CountedStore;
-use crate::identity::IdStore;
 use std::sync::atomic::Ordering::Relaxed;
-use tierfs_cache::journal::{Journal, JournalConfig};
-use tierfs_store::{FileKind, IdentityChoice, PosixStore, Store};
+use tierfs_store::{FileKind, IdentityChoice};
 
 /// MOVE OVER records (a new file renamed over a file of the store, `ns_replace`) replay in
 /// every state a crash can leave, with their CREATE pending (the flusher writes the file's
@@ -22,12 +19,7 @@ fn replaces_replay_in_every_state_a_crash_leaves_and_never_over_someone_elses() 
     let t = tempfile::tempdir().unwrap();
     let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
     std::fs::create_dir_all(back.join("g")).unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Path).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Path);
     let create_file = |name: &str| NsOp::Create {
         parent: b"g".to_vec(),
         name: name.as_bytes().to_vec(),

@@ -22,6 +22,19 @@ fn symlink_record(seq: u64, parent: &str, name: &str, target: &str) -> PendingNs
     }
 }
 
+/// A store over directory `back` with identities `id`, as the daemon opens it, and a journal
+/// in `jdir` for it.
+pub(crate) fn store_and_journal(
+    back: &Path,
+    jdir: &Path,
+    id: IdentityChoice,
+) -> (IdStore<CountedStore<PosixStore>>, Journal) {
+    let store = IdStore::new(CountedStore::new(PosixStore::open_with(back, id).unwrap())).unwrap();
+    let (journal, _) =
+        Journal::open(jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    (store, journal)
+}
+
 pub(crate) fn record(seq: u64, op: NsOp) -> PendingNs {
     PendingNs {
         seq,
@@ -59,12 +72,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
     std::fs::create_dir_all(back.join("a")).unwrap();
     std::os::unix::fs::symlink("t", back.join("a/mine")).unwrap();
     std::os::unix::fs::symlink("other", back.join("a/theirs")).unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Inode);
     std::fs::write(back.join("a/someone-elses"), b"x").unwrap();
     let create_file = |parent: &str, name: &str| NsOp::Create {
         parent: parent.as_bytes().to_vec(),
@@ -276,12 +284,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
     let t = tempfile::tempdir().unwrap();
     let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
     std::fs::create_dir_all(back.join("g")).unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Inode);
     let create_file = |name: &str| NsOp::Create {
         parent: b"g".to_vec(),
         name: name.as_bytes().to_vec(),
@@ -376,12 +379,7 @@ fn removals_replay_once_and_never_remove_someone_elses_or_ours() {
     // Applied neither: the old empty stamp2, and ours still under stamp2.tmp.
     std::fs::write(back.join("g/stamp2"), b"").unwrap();
     std::fs::write(back.join("g/stamp2.tmp"), b"").unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Path).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Path);
     let path_id = (1u64 << 63, 7);
     let rm = |name: &str, kind: FileKind, size: u64| NsOp::Remove {
         path: format!("g/{name}").into_bytes(),
@@ -449,12 +447,7 @@ fn links_replay_under_the_new_name_and_unaliased_names_never_reach_the_store() {
     let t = tempfile::tempdir().unwrap();
     let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
     std::fs::create_dir_all(back.join("o")).unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Inode).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Inode);
     let create = |name: &str| NsOp::Create {
         parent: b"o".to_vec(),
         name: name.as_bytes().to_vec(),
@@ -543,12 +536,7 @@ fn a_truncate_of_a_file_of_the_store_replays_only_on_that_file() {
     let (back, jdir) = (t.path().join("back"), t.path().join("journal"));
     std::fs::create_dir_all(back.join("g/now_a_dir")).unwrap();
     std::fs::write(back.join("g/out.o"), vec![b'o'; 1000]).unwrap();
-    let store = IdStore::new(CountedStore::new(
-        PosixStore::open_with(&back, IdentityChoice::Path).unwrap(),
-    ))
-    .unwrap();
-    let (journal, _) =
-        Journal::open(&jdir, store.store_id(), JournalConfig::default(), false).unwrap();
+    let (store, journal) = store_and_journal(&back, &jdir, IdentityChoice::Path);
     let truncate = |name: &str| NsOp::SetAttr {
         path: format!("g/{name}").into_bytes(),
         mode: None,
