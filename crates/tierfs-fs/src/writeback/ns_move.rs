@@ -17,6 +17,7 @@
 use super::ns_queue::{Job, Victim};
 use super::ns_record::NsOp;
 use super::Writeback;
+use crate::identity::Ident;
 use crate::inode::Inode;
 use crate::namespace::is_provisional;
 use crate::shared::St;
@@ -44,14 +45,20 @@ impl<S: Store> Writeback<S> {
         // it): the flusher may have published the object since the caller looked, and a
         // move queued for a published object would be acknowledged and never applied.
         // Refused by the store: the rename answers as the store does.
-        let still = matches!(self.ns.prov.lookup(p.id(), name),
-            crate::namespace::ProvLookup::Found(i, _) if i.id() == id);
-        if !still || !is_provisional(id) || self.ns.prov.failure(id).is_some() {
+        if !self.still_unpublished(p, name, id) {
             return None;
         }
         let from = self.backing_path(&inode)?;
         let to = self.backing_path_in(p, newname)?;
         self.queue_move(q, inode, p, (name, newname), (from, to), None)
+    }
+
+    /// `id` is still the provisional object under `name` in `p`, unpublished and not refused
+    /// (checked with the queue locked: `publish` holds it).
+    pub(super) fn still_unpublished(&self, p: &Arc<Inode<St<S>>>, name: &OsStr, id: Ident) -> bool {
+        let still = matches!(self.ns.prov.lookup(p.id(), name),
+            crate::namespace::ProvLookup::Found(i, _) if i.id() == id);
+        still && is_provisional(id) && self.ns.prov.failure(id).is_none()
     }
 
     /// What a move and a replace (`ns_replace`) share once they are decided: the file's

@@ -31,7 +31,6 @@ use super::ns_record::NsOp;
 use super::ns_remove::{claim_unopened, same_object};
 use super::Writeback;
 use crate::inode::Inode;
-use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::{Node, St};
 use parking_lot::Mutex;
 use std::ffi::OsStr;
@@ -63,9 +62,7 @@ impl<S: Store> Writeback<S> {
         // Still provisional under that name, now that the queue is locked (publish holds
         // it): a replace queued for a published object would be acknowledged and never
         // applied.
-        let still = matches!(self.ns.prov.lookup(p.id(), name),
-            ProvLookup::Found(i, _) if i.id() == id);
-        if !still || !is_provisional(id) || self.ns.prov.failure(id).is_some() {
+        if !self.still_unpublished(p, name, id) {
             give_back();
             return None;
         }
