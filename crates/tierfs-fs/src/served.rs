@@ -39,14 +39,19 @@ use std::time::{Duration, Instant};
 /// offset 0 once the kernel has dropped its pages starts a new stream and is served at once.
 const REFUSE_WINDOW: Duration = Duration::from_millis(500);
 
+/// A page drop still not done after this long is logged (once): every read of the file is
+/// refused until it is, so a user seeing ESTALE for seconds learns why.
+const SLOW_DROP: Duration = Duration::from_secs(1);
+
 enum State {
     /// The kernel holds nothing of the file.
     Nothing,
     /// The kernel may hold data of generation `gen`, a version `size` bytes long last
     /// modified at `mtime_ns`.
     Holds { gen: u64, size: u64, mtime_ns: i64 },
-    /// A read was refused; the kernel is being told to drop its pages.
-    Dropping { since: Instant },
+    /// A read was refused; the kernel is being told to drop its pages (`warned`: that it
+    /// is slow to was logged).
+    Dropping { since: Instant, warned: bool },
     /// The kernel dropped its pages after a refusal at `since`.
     Refusing { since: Instant },
 }
@@ -109,7 +114,13 @@ impl Served {
                 self.hold(&mut st, v);
                 Admit::Yes
             }
-            State::Dropping { .. } => Admit::Refuse { drop: false },
+            State::Dropping {
+                since,
+                ref mut warned,
+            } => {
+                slow_drop(since, warned);
+                Admit::Refuse { drop: false }
+            }
             State::Refusing { since } if offset == 0 || since.elapsed() >= REFUSE_WINDOW => {
                 self.hold(&mut st, v);
                 Admit::Yes
@@ -129,7 +140,13 @@ impl Served {
             }
             State::Holds { .. } => {
                 let since = Instant::now();
-                self.set(&mut st, State::Dropping { since });
+                self.set(
+                    &mut st,
+                    State::Dropping {
+                        since,
+                        warned: false,
+                    },
+                );
                 Admit::Refuse { drop: true }
             }
         }
@@ -140,13 +157,25 @@ impl Served {
     pub fn dropping(&self) -> bool {
         // Lock-free when the kernel holds a generation (the common case, on the read path):
         // `gen` is 0 in every other state.
-        self.gen.load(Acquire) == 0 && matches!(*self.state.lock(), State::Dropping { .. })
+        if self.gen.load(Acquire) != 0 {
+            return false;
+        }
+        match *self.state.lock() {
+            State::Dropping {
+                since,
+                ref mut warned,
+            } => {
+                slow_drop(since, warned);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The kernel dropped its pages after a [`Admit::Refuse`].
     pub fn dropped(&self) {
         let mut st = self.state.lock();
-        if let State::Dropping { since } = *st {
+        if let State::Dropping { since, .. } = *st {
             self.set(&mut st, State::Refusing { since });
         }
     }
@@ -165,6 +194,18 @@ impl Served {
         if matches!(*st, State::Holds { gen, .. } if gen == old) {
             self.hold(&mut st, new);
         }
+    }
+}
+
+/// Logs, once per refusal, a page drop the kernel has not finished after [`SLOW_DROP`].
+fn slow_drop(since: Instant, warned: &mut bool) {
+    if !*warned && since.elapsed() >= SLOW_DROP {
+        *warned = true;
+        tracing::warn!(
+            ms = since.elapsed().as_millis() as u64,
+            "the kernel has not yet dropped the pages of a file changed behind our back: \
+             its reads are refused with ESTALE until it has"
+        );
     }
 }
 

@@ -32,8 +32,10 @@ fn write_budget_holds() {
         "written {} > burst + rate * {t:.2}s = {bound}",
         st.written_bytes
     );
+    // The lower bound is loose: on a loaded machine (the whole suite on 2 cores) the
+    // offering loop itself falls behind, and then less than the budget is offered.
     assert!(
-        st.written_bytes as f64 > bound * 0.8,
+        st.written_bytes as f64 > bound * 0.5,
         "budget unused: {}",
         st.written_bytes
     );
