@@ -47,25 +47,6 @@ impl<S: Store> Objects<S> {
         Ok(data.len() as u32)
     }
 
-    /// [`Objects::patch_blocks`] of a write whose data the caller hands over as a buffer of its
-    /// own: a block the write covers whole and that is not cached yet is cached as a slice of
-    /// that buffer, not a copy. Why: every copy is a fresh 64 KiB allocation while the RAM tier
-    /// grows (and after the pressure monitor hands freed memory back), and the kernel's zeroing
-    /// of those fresh pages cost as much as the store's own write (perf, 1 MiB write-through
-    /// writes to a tmpfs store: 38% of the daemon's time in clear_page). The buffer then lives
-    /// as long as one of its blocks is cached; the blocks of one write are inserted together
-    /// and age together.
-    pub(crate) fn patch_blocks_shared(
-        &self,
-        gen: u64,
-        old_size: u64,
-        at: u64,
-        data: &Bytes,
-        new_size: u64,
-    ) {
-        self.patch_blocks_inner(gen, old_size, at, data, new_size, true, Some(data))
-    }
-
     /// copy_file_range: the store copies (`Store::copy_range`: a reflink or a server-side
     /// copy, so the data never comes through us), under the destination's exclusive lock (it
     /// is a write) and the source's shared one. The destination's cached blocks are dropped:
@@ -98,40 +79,21 @@ impl<S: Store> Objects<S> {
 
     /// Applies a write that landed at `at` to the cached blocks of generation `gen`: cached
     /// blocks are patched (and zero-extended where the file grew), blocks the write covers
-    /// whole are inserted, others are left to be fetched.
-    pub(crate) fn patch_blocks(
+    /// whole are inserted, others are left to be fetched. The caller hands the data over as a
+    /// buffer of its own: a block the write covers whole and that is not cached yet is cached
+    /// as a slice of that buffer, not a copy. Why: every copy is a fresh 64 KiB allocation while the RAM tier
+    /// grows (and after the pressure monitor hands freed memory back), and the kernel's zeroing
+    /// of those fresh pages cost as much as the store's own write (perf, 1 MiB write-through
+    /// writes to a tmpfs store: 38% of the daemon's time in clear_page). The buffer then lives
+    /// as long as one of its blocks is cached; the blocks of one write are inserted together
+    /// and age together.
+    pub(crate) fn patch_blocks_shared(
         &self,
         gen: u64,
         old_size: u64,
         at: u64,
-        data: &[u8],
+        data: &Bytes,
         new_size: u64,
-    ) {
-        self.patch_blocks_inner(gen, old_size, at, data, new_size, true, None)
-    }
-
-    /// [`Objects::patch_blocks`] of the cached blocks only: none is created.
-    pub(crate) fn patch_cached_blocks(
-        &self,
-        gen: u64,
-        old_size: u64,
-        at: u64,
-        data: &[u8],
-        new_size: u64,
-    ) {
-        self.patch_blocks_inner(gen, old_size, at, data, new_size, false, None)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn patch_blocks_inner(
-        &self,
-        gen: u64,
-        old_size: u64,
-        at: u64,
-        data: &[u8],
-        new_size: u64,
-        allocate: bool,
-        shared: Option<&Bytes>,
     ) {
         let bs = self.sh.cfg.block_size;
         let end = at + data.len() as u64;
@@ -148,14 +110,14 @@ impl<S: Store> Objects<S> {
             let key = BlockKey { gen, idx };
             let old = self.sh.cache.peek(&key);
             let covers = at <= bstart && end >= bstart + blen;
-            if old.is_none() && !(covers && allocate) {
+            if old.is_none() && !covers {
                 continue;
             }
-            if let (None, Some(b)) = (&old, shared) {
+            if old.is_none() {
                 // Covered whole and not cached: a slice of the caller's buffer (see
-                // `patch_blocks_shared`).
+                // above).
                 let s = (bstart - at) as usize;
-                self.sh.cache.insert(key, b.slice(s..s + blen as usize));
+                self.sh.cache.insert(key, data.slice(s..s + blen as usize));
                 continue;
             }
             let mut buf = vec![0u8; blen as usize];

@@ -19,6 +19,7 @@ impl<S: Store> Fs<S> {
     /// Write-back: every namespace operation deferred so far is on the store (or refused).
     /// Before an operation that is not deferred (rename, unlink, a create the cache cannot
     /// vouch for), a listing, fsync.
+    #[track_caller]
     pub(super) fn drain_ns(&self) -> Result<()> {
         match self.wb() {
             Some(wb) => wb.drain_ns(),
@@ -29,6 +30,7 @@ impl<S: Store> Fs<S> {
     /// Before an unlink of `parent/name` (`to` None) or its rename to `to` done on the
     /// store: the deferred operations it depends on are on the store (`ns_narrow`: fewer
     /// than all of them when both names are files of the store, else [`Fs::drain_ns`]).
+    #[track_caller]
     pub(super) fn drain_ns_for(
         &self,
         parent: u64,

@@ -26,9 +26,6 @@ pub(crate) enum Flushed {
     Failed,
 }
 
-/// Flush runs up to this size also create the RAM-tier blocks they cover (see `landed`).
-const ALLOCATE_MAX: u64 = 1 << 20;
-
 impl<S: Store> Writeback<S> {
     /// One flusher thread: takes the next dirty file in (device, inode) order after the
     /// last one taken (an elevator over the files) and flushes one group of it.
@@ -338,25 +335,24 @@ impl<S: Store> Writeback<S> {
 
     /// What a run written to the store leaves, under the file's lock, briefly. A fetch that
     /// overlapped the write saw the fingerprint move and was discarded (stale); cached blocks
-    /// of this version are patched with what was written, so they stay valid. Blocks it covers
-    /// whole are created too (as write-through does: data read back after a flush stays in
-    /// RAM, and a just-modified file's fetches are not cached) for runs up to `ALLOCATE_MAX`;
-    /// not for a streaming writer's large runs, whose copy under this lock held up its next
-    /// write (its data is in the kernel's page cache anyway). No fstat per run, as in
-    /// write-through (`FileState::wrote`): over sshfs each was a round trip per 4 MiB written,
-    /// and a 512 MiB write-back job ran at 0.85x the store's own. The fingerprint stays
-    /// provisional until the group's end settles it.
+    /// of this version are patched with what was written, so they stay valid. Blocks a piece
+    /// of the run covers whole are cached too, as slices of the piece (no copy: see
+    /// `Objects::patch_blocks_shared`), as write-through does: data read back after its
+    /// flush is served from RAM, not fetched again. (Runs over 1 MiB used to patch cached
+    /// blocks only, for the copy under this lock, on the grounds that a streaming writer's
+    /// data is in the kernel's page cache anyway; it is not for a file opened for writing
+    /// only, which gets direct I/O, `fuse.direct_write_only`: a build reading back the
+    /// objects it wrote fetched them all from the store again, 156 MiB over sshfs for a
+    /// `cargo build`.) No fstat per run, as in write-through (`FileState::wrote`): over sshfs
+    /// each was a round trip per 4 MiB written, and a 512 MiB write-back job ran at 0.85x the
+    /// store's own. The fingerprint stays provisional until the group's end settles it.
     fn landed(&self, st: &crate::file_state::FileState, run: &crate::dirty::Run) {
         let _w = st.rw.write();
         let v = st.version();
         let (mut at, mut size) = (run.offset, v.fp.size);
         for p in &run.pieces {
             let grown = size.max(at + p.len() as u64);
-            if run.len <= ALLOCATE_MAX {
-                self.data.patch_blocks(v.gen, size, at, p, grown);
-            } else {
-                self.data.patch_cached_blocks(v.gen, size, at, p, grown);
-            }
+            self.data.patch_blocks_shared(v.gen, size, at, p, grown);
             at += p.len() as u64;
             size = grown;
         }

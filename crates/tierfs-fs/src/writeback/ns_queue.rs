@@ -284,6 +284,7 @@ pub(super) fn moves_queued<S: Store>(q: &VecDeque<Job<S>>, id: Ident) -> bool {
 impl<S: Store> Writeback<S> {
     /// Waits until every namespace operation deferred so far is on the store (or refused):
     /// before an operation that is not deferred, an fsync, a listing, unmount.
+    #[track_caller]
     pub(crate) fn drain_ns(&self) -> Result<()> {
         self.drain_ns_to(self.nsq.appended.load(Acquire))
     }
@@ -294,6 +295,7 @@ impl<S: Store> Writeback<S> {
     /// queued and are retried): an fsync or an operation done on the store after them then
     /// fails, as it would in write-through, instead of waiting for as long as the store
     /// fails; a store that fails for a moment is waited for.
+    #[track_caller]
     pub(crate) fn drain_ns_to(&self, target: u64) -> Result<()> {
         let mut g = self.nsq.applied.lock();
         if *g >= target {
@@ -327,6 +329,13 @@ impl<S: Store> Writeback<S> {
         self.c
             .ns_wait_ms
             .fetch_add(t.elapsed().as_millis() as u64, Relaxed);
+        // Which operation waited (`TIERFS_LOG=tierfs_fs::ns_wait=debug`): what to defer next.
+        tracing::debug!(
+            target: "tierfs_fs::ns_wait",
+            at = %std::panic::Location::caller(),
+            ms = t.elapsed().as_millis() as u64,
+            "waited for the deferred namespace operations"
+        );
         r
     }
 
