@@ -2212,6 +2212,106 @@ fn a_lock_file_renamed_after_the_flusher_took_its_create_waits_for_nothing() {
     });
 }
 
+/// Issue 15: a link and a rename of files of the store to free names in another directory
+/// of the store (what `cargo` and `rustc` do with every artifact: `deps/x.o` linked into the
+/// incremental directory, `rmetaXXXX/full.rmeta` renamed to `deps/libx.rmeta`) wait only for
+/// what is queued on the objects and directories they name: not for the creates queued
+/// before them elsewhere, even while a touch of another file of the store is deferred (that
+/// used to make every such rename and every link wait for everything queued), and not for
+/// the linked file's data.
+#[test]
+fn links_and_renames_of_store_files_wait_only_for_what_they_name() {
+    use tierfs_store::OpClass;
+    const QUEUED: usize = 24;
+    let wb = tierfs_fs::WbConfig {
+        mode: tierfs_fs::WbMode::Back,
+        journal_size: 256 << 20,
+        namespace_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    let cfg = tierfs_fs::FsConfig {
+        meta_ttl: Duration::from_secs(3600),
+        meta_cto: false,
+        ..Default::default()
+    };
+    let m = FaultMount::with_writeback(cfg, Some(wb), |b| {
+        for d in ["deps", "inc", "other"] {
+            std::fs::create_dir(b.join(d)).unwrap();
+        }
+        std::fs::write(b.join("deps/a.o"), b"old").unwrap();
+        std::fs::write(b.join("deps/full.rmeta"), b"rmeta").unwrap();
+        std::fs::write(b.join("deps/x"), b"x").unwrap();
+    });
+    let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        // Every create (and link) takes 300 ms at the store: the queued creates keep the
+        // namespace flusher busy for seconds.
+        faults.set_class_latency(OpClass::Write, Duration::from_millis(300));
+        for i in 0..QUEUED {
+            std::fs::write(mnt.join(format!("other/f{i}")), [i as u8; 100]).unwrap();
+        }
+        // A touch of another file of the store, deferred (`ns_chattr`).
+        let touch = std::process::Command::new("touch")
+            .args(["-d", "2001-02-03 04:05:06"])
+            .arg(mnt.join("deps/x"))
+            .status()
+            .unwrap();
+        assert!(touch.success());
+        // New data in the file to be linked (written in place: a truncate would be a
+        // deferred setattr of it, which the link would wait for): not flushed before the link.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt.join("deps/a.o"))
+            .unwrap()
+            .write_all_at(b"compiled", 0)
+            .unwrap();
+        std::fs::hard_link(mnt.join("deps/a.o"), mnt.join("inc/a.o")).unwrap();
+        std::fs::rename(mnt.join("deps/full.rmeta"), mnt.join("inc/lib.rmeta")).unwrap();
+        let on_store = (0..QUEUED)
+            .filter(|i| backing.join(format!("other/f{i}")).exists())
+            .count();
+        assert!(
+            on_store < QUEUED,
+            "the link and the rename waited for every create queued before them"
+        );
+        assert!(backing.join("inc/a.o").exists() && backing.join("inc/lib.rmeta").exists());
+        assert!(!backing.join("deps/full.rmeta").exists());
+        // What the application sees meanwhile, and the store once it has caught up.
+        assert_eq!(std::fs::read(mnt.join("inc/a.o")).unwrap(), b"compiled");
+        assert_eq!(std::fs::metadata(mnt.join("deps/a.o")).unwrap().nlink(), 2);
+        faults.set_class_latency(OpClass::Write, Duration::ZERO);
+        for f in ["deps/a.o", "deps/x", "other"] {
+            File::open(mnt.join(f)).unwrap().sync_all().unwrap();
+        }
+        File::open(mnt.join("other/f0")).unwrap();
+        let t = Instant::now();
+        while (0..QUEUED).any(|i| !backing.join(format!("other/f{i}")).exists()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "creates never on the store"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(std::fs::read(backing.join("inc/a.o")).unwrap(), b"compiled");
+        assert_eq!(
+            std::fs::metadata(backing.join("inc/a.o")).unwrap().ino(),
+            std::fs::metadata(backing.join("deps/a.o")).unwrap().ino()
+        );
+        assert_eq!(
+            std::fs::read(backing.join("inc/lib.rmeta")).unwrap(),
+            b"rmeta"
+        );
+        let t = Instant::now();
+        while std::fs::metadata(backing.join("deps/x")).unwrap().mtime() != 981173106 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the touch never on the store"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+}
+
 /// Issue 15: the store fails (EIO) in the middle of a group the namespace flusher applies
 /// several operations of at once. What was applied before the failure is kept, what came
 /// after it is applied again once the store is back (a create finds the object it made:

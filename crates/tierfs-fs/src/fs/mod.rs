@@ -177,7 +177,7 @@ impl<S: Store> Fs<S> {
     }
 
     /// Write-back: `ino`'s dirty data reaches the store before an operation that must
-    /// follow it (truncate, fallocate, SEEK_DATA, link).
+    /// follow it (truncate, fallocate, SEEK_DATA).
     fn settle_file(&self, ino: u64) -> Result<()> {
         match self.wb() {
             Some(wb) => wb.settle_file(&self.ns.inode(ino)?),

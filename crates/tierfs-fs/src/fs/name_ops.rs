@@ -68,8 +68,10 @@ impl<S: Store> Fs<S> {
             self.names_changed(newparent);
             return Ok(self.shown_entry(e));
         }
-        self.drain_ns()?;
-        self.settle_file(ino)?;
+        not_deferred("link", newname, None);
+        self.drain_ns_for_link(ino, newparent, newname)?;
+        // (Not the file's data first, as a rename of it waits for: the name its journal
+        // records carry stays, and an unlink or rename of that name flushes them first.)
         let r = self.ns.link(ino, newparent, newname);
         self.names_changed(ino); // its link count
         self.names_changed(newparent);
@@ -81,6 +83,7 @@ impl<S: Store> Fs<S> {
             self.names_changed(parent);
             return Ok(());
         }
+        not_deferred("unlink", name, None);
         self.drain_ns_for(parent, name, None)?;
         self.settle_name(parent, name)?;
         let r = self.ns.unlink(parent, name);
@@ -114,6 +117,7 @@ impl<S: Store> Fs<S> {
             }
             return Ok(());
         }
+        not_deferred("rename", name, Some(newname));
         self.drain_ns_for(parent, name, Some((newparent, newname)))?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
@@ -123,4 +127,16 @@ impl<S: Store> Fs<S> {
         self.names_changed(newparent);
         r
     }
+}
+
+/// Write-back: a namespace operation done on the store, after the deferred ones it depends
+/// on (`TIERFS_LOG=tierfs_fs::ns_wait=debug`, with the waits themselves): which to defer next.
+fn not_deferred(op: &str, name: &OsStr, to: Option<&OsStr>) {
+    tracing::debug!(
+        target: "tierfs_fs::ns_wait",
+        op,
+        name = %name.to_string_lossy(),
+        to = %to.map(|t| t.to_string_lossy()).unwrap_or_default(),
+        "not deferred"
+    );
 }

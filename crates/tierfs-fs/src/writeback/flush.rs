@@ -504,7 +504,7 @@ impl<S: Store> Writeback<S> {
         }
     }
 
-    /// Before a namespace operation on `parent/name` (rename, unlink, link): its data first.
+    /// Before a namespace operation on `parent/name` (rename, unlink): its data first.
     /// A rename of a file never reaches the backing store before that file's data, and the
     /// journal's paths stay true. A directory moves every dirty file under it: all are
     /// flushed (directory renames are rare; tracking which files lie below is not worth it).

@@ -4,10 +4,14 @@
 //! rename of a file the store already has, to a name that holds no new object, touches
 //! nothing the queued operations make: those create other names, in other directories or
 //! beside it. Such a rename waits only for what is queued on its directories themselves
-//! (their mkdir, their setattrs), so that the store gets them in order. `git` renames
+//! (their mkdir, their setattrs) and on the objects it names (a deferred chmod or touch,
+//! `ns_chattr`), so that the store gets them in order. (It used to wait for everything
+//! whenever any deferred setattr was pending anywhere: in a build, which touches and chmods
+//! as it goes, that was most of the time.) `git` renames
 //! `index.lock` (made, flushed and published a moment before) to `index` once its checkout
 //! has queued a create per file: before this it waited for every one of them (4.4 s of a
-//! 6.2 s clone over sshfs).
+//! 6.2 s clone over sshfs). A link of a file of the store to a free name waits the same
+//! way (`Fs::drain_ns_for_link`): `cargo` links every artifact into the target directory.
 //!
 //! A crash in between loses nothing: the store has the unlink or rename, and replay makes
 //! the queued operations, which are about other names (each a record of its own, idempotent).
@@ -16,8 +20,9 @@
 //! ones, a state the application never saw (the crash test found it).
 
 use super::Writeback;
+use crate::identity::Ident;
 use crate::inode::Inode;
-use crate::meta::NameLookup;
+use crate::meta::{ident, NameLookup};
 use crate::namespace::{is_provisional, ProvLookup};
 use crate::shared::St;
 use std::ffi::OsStr;
@@ -27,10 +32,13 @@ use tierfs_store::{Errno, FileKind, Store};
 /// What a name of a directory of the store holds, as far as [`Writeback::settled_upto`]
 /// needs to know.
 enum Held {
-    /// A file or symlink of the store.
-    Object,
+    /// A file or symlink of the store, of this identity.
+    Object(Ident),
     /// Nothing.
     Free,
+    /// Not known without asking the store, and not asked (a new name with no deferred
+    /// setattr pending, see [`Writeback::settled_upto`]).
+    Unasked,
     /// Something the narrow wait does not cover (a directory, an object write-back made, a
     /// name a queued move leaves, an error): wait for everything.
     Other,
@@ -46,46 +54,59 @@ impl<S: Store> Writeback<S> {
         name: &OsStr,
         to: Option<(&Arc<Inode<St<S>>>, &OsStr)>,
     ) -> Option<u64> {
-        // A deferred setattr of one of the objects named must reach the store before: they
-        // are not among the directories' operations (`ns_chattr`).
-        if self.any_chattr_pending() || !matches!(self.held(p, name), Held::Object) {
+        let Held::Object(object) = self.held(p, name, true) else {
             return None;
-        }
-        if let Some((np, nn)) = to {
-            if matches!(self.held(np, nn), Held::Other) {
-                return None;
-            }
-        }
-        let dirs = [Some(p.id()), to.map(|(np, _)| np.id())];
-        let on_dirs = |id| dirs.contains(&Some(id));
+        };
+        // The new name is asked of the store only if a deferred setattr is pending (the
+        // kernel's lookup just did, and a link or rename to it answers as the store does):
+        // whatever the store holds there, no queued operation makes it, or the provisional
+        // table would know it; only a deferred setattr of that object could be queued.
+        let ask = self.any_chattr_pending();
+        let target = match to.map(|(np, nn)| self.held(np, nn, ask)) {
+            Some(Held::Other) => return None,
+            Some(Held::Object(id)) => Some(id),
+            Some(Held::Free) | Some(Held::Unasked) | None => None,
+        };
+        // What is queued on the directories (their mkdir, their setattrs) and on the objects
+        // named (a deferred chmod or touch of either, `ns_chattr`) goes first.
+        let ids = [
+            Some(p.id()),
+            to.map(|(np, _)| np.id()),
+            Some(object),
+            target,
+        ];
+        let named = |id| ids.contains(&Some(id));
         let mut upto = 0;
         for j in self.nsq.q.lock().iter() {
-            if on_dirs(j.inode().id()) {
+            if named(j.inode().id()) {
                 upto = upto.max(j.seq());
             }
         }
         let f = self.nsq.in_flight_ids.lock();
-        if f.1.iter().any(|id| on_dirs(*id)) {
+        if f.1.iter().any(|id| named(*id)) {
             upto = upto.max(f.0);
         }
         Some(upto)
     }
 
-    fn held(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Held {
+    /// What `p/name` holds; `ask`: ask the store if the metadata cache does not know (else
+    /// [`Held::Unasked`]).
+    fn held(&self, p: &Arc<Inode<St<S>>>, name: &OsStr, ask: bool) -> Held {
         if is_provisional(p.id())
             || !matches!(self.ns.prov.lookup(p.id(), name), ProvLookup::NotHere)
         {
             return Held::Other;
         }
-        let kind = |k: FileKind| match k {
+        let kind = |k: FileKind, id: Ident| match k {
             FileKind::Dir => Held::Other,
-            _ => Held::Object,
+            _ => Held::Object(id),
         };
         match self.ns.meta.lookup(p.id(), name) {
-            NameLookup::Found(c) => kind(c.kind),
+            NameLookup::Found(c) => kind(c.kind, c.id),
             NameLookup::Absent => Held::Free,
+            NameLookup::Unknown if !ask => Held::Unasked,
             NameLookup::Unknown => match self.ns.node(p).map(|n| self.sh.store.lookup(&n, name)) {
-                Ok(Ok((_, a))) => kind(a.kind),
+                Ok(Ok((_, a))) => kind(a.kind, ident(&a)),
                 Ok(Err(e)) if e == Errno::ENOENT => Held::Free,
                 _ => Held::Other,
             },
