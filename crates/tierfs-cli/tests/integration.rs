@@ -1094,6 +1094,70 @@ fn data_read_back_after_its_flush_comes_from_ram() {
     );
 }
 
+/// A new file extended by `ftruncate` and then written through `mmap`, as `lld` and `mold`
+/// write their output: the kernel reads each page at its first touch, and those reads of
+/// zeros are answered without the store (they fetched the whole file's size from it), in
+/// both write modes; the store gets the bytes written, and reading them back asks it nothing.
+#[test]
+fn a_file_extended_then_written_through_mmap_reads_nothing_from_the_store() {
+    const SIZE: usize = (4 << 20) + 5000;
+    for mode in [None, Some("writeback.mode=back")] {
+        let opts: Vec<&str> = mode.into_iter().collect();
+        let m = BinMount::new(&opts);
+        let mnt = m.mnt.clone();
+        let data: Vec<u8> = (0..SIZE)
+            .map(|i| (i % 241) as u8 ^ (i >> 12) as u8)
+            .collect();
+        {
+            let (mnt, data) = (mnt.clone(), data.clone());
+            with_timeout(LIMIT, vec![mnt.clone()], move || {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(mnt.join("a.out"))
+                    .unwrap();
+                f.set_len(SIZE as u64).unwrap();
+                // SAFETY: a fresh shared mapping of SIZE bytes of an open file, unmapped below.
+                unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        SIZE,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        f.as_raw_fd(),
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, SIZE);
+                    assert_eq!(libc::msync(p, SIZE, libc::MS_SYNC), 0);
+                    assert_eq!(libc::munmap(p, SIZE), 0);
+                }
+                f.sync_all().unwrap();
+            });
+        }
+        assert_eq!(
+            std::fs::read(m.backing.join("a.out")).unwrap(),
+            data,
+            "{mode:?}"
+        );
+        drop_caches();
+        {
+            let (mnt, data) = (mnt.clone(), data.clone());
+            with_timeout(LIMIT, vec![mnt.clone()], move || {
+                assert!(std::fs::read(mnt.join("a.out")).unwrap() == data);
+            });
+        }
+        let s = m.stats();
+        assert_eq!(
+            stat_u64(&s, &["backing", "read_bytes"]),
+            0,
+            "{mode:?}: read from the store: {s}"
+        );
+    }
+}
+
 /// A write by another user through a write-only open (direct I/O, where the kernel leaves the
 /// clearing to the filesystem: FUSE_WRITE_KILL_SUIDGID) clears setuid, and setgid with
 /// group-execute, as a local filesystem does (pjdfstest chmod/12.t; issue 13 item 13).

@@ -356,6 +356,7 @@ impl<S: Store> Objects<S> {
         };
         // Exclusive: a truncate must not interleave with reads that fill the cache.
         let _w = st.rw.write();
+        let old_size = st.version().fp.size;
         // Ended before the result is recorded: recording goes through `observe`, which
         // records nothing while a change is under way (a fetch from before it is refused
         // by its time, see `FileState::own_change`).
@@ -372,7 +373,12 @@ impl<S: Store> Objects<S> {
                     FsStats::add(&self.sh.stats.version_changes, 1);
                 }
             }
-            (Ok(a), Some(_)) => st.invalidate(Some(a)),
+            (Ok(a), Some(size)) => {
+                st.invalidate(Some(a));
+                if old_size == 0 && a.size == size {
+                    self.cache_zeros(st.version().gen, size);
+                }
+            }
             (Err(_), _) => st.invalidate(None),
         }
         Ok(self.ns.with_ino(&i, attr?))

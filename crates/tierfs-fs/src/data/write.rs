@@ -133,4 +133,28 @@ impl<S: Store> Objects<S> {
             self.sh.cache.insert(key, Bytes::from(buf));
         }
     }
+
+    /// An empty file just extended to `size` by a truncate (generation `gen`): it reads as
+    /// zeros, so its blocks are cached as zeros (slices of one shared zero block: no memory
+    /// per block) instead of fetched from the store at the first read. Linkers (`lld`,
+    /// `mold`) make their output so: `ftruncate` to the final size, then write it through
+    /// `mmap`, whose first touch of each page reads it. A build's every build script and
+    /// proc-macro fetched its size in zeros from the store. Up to [`ZERO_FILL_MAX`]: a sparse
+    /// file made huge is left to be read from the store (a block read, rarely, in a hole).
+    pub(crate) fn cache_zeros(&self, gen: u64, size: u64) {
+        if size > ZERO_FILL_MAX {
+            return;
+        }
+        let bs = self.sh.cfg.block_size;
+        let zero = Bytes::from(vec![0u8; bs as usize]);
+        for idx in 0..size.div_ceil(bs) {
+            let len = bs.min(size - idx * bs) as usize;
+            self.sh
+                .cache
+                .insert(BlockKey { gen, idx }, zero.slice(..len));
+        }
+    }
 }
+
+/// The largest file [`Objects::cache_zeros`] caches the zeros of.
+const ZERO_FILL_MAX: u64 = 64 << 20;
