@@ -19,6 +19,7 @@
 //! when the daemon dies would leave the store with the later operation and not the earlier
 //! ones, a state the application never saw (the crash test found it).
 
+use super::ns_queue::Job;
 use super::Writeback;
 use crate::identity::Ident;
 use crate::inode::Inode;
@@ -36,8 +37,8 @@ enum Held {
     Object(Ident),
     /// Nothing.
     Free,
-    /// Not known without asking the store, and not asked (a new name with no deferred
-    /// setattr pending, see [`Writeback::settled_upto`]).
+    /// Not known without asking the store, and not asked (a new name, see
+    /// [`Writeback::settled_upto`]).
     Unasked,
     /// Something the narrow wait does not cover (a directory, an object write-back made, a
     /// name a queued move leaves, an error): wait for everything.
@@ -57,15 +58,16 @@ impl<S: Store> Writeback<S> {
         let Held::Object(object) = self.held(p, name, true) else {
             return None;
         };
-        // The new name is asked of the store only if a deferred setattr is pending (the
-        // kernel's lookup just did, and a link or rename to it answers as the store does):
-        // whatever the store holds there, no queued operation makes it, or the provisional
-        // table would know it; only a deferred setattr of that object could be queued.
-        let ask = self.any_chattr_pending();
-        let target = match to.map(|(np, nn)| self.held(np, nn, ask)) {
-            Some(Held::Other) => return None,
-            Some(Held::Object(id)) => Some(id),
-            Some(Held::Free) | Some(Held::Unasked) | None => None,
+        // The new name is not asked of the store (the kernel's lookup just did, and a link
+        // or rename to it answers as the store does): whatever the store holds there, no
+        // queued operation makes it, or the provisional table would know it. Only a deferred
+        // setattr of that object could be queued, and such an object has one name, which
+        // its inode knows (`ns_chattr` defers no setattr of a file with two).
+        let target = match to.map(|(np, nn)| (np, nn, self.held(np, nn, false))) {
+            Some((_, _, Held::Other)) => return None,
+            Some((_, _, Held::Object(id))) => Some(id),
+            Some((np, nn, Held::Unasked)) => self.chattr_pending_at(np, nn),
+            Some((_, _, Held::Free)) | None => None,
         };
         // What is queued on the directories (their mkdir, their setattrs) and on the objects
         // named (a deferred chmod or touch of either, `ns_chattr`) goes first.
@@ -87,6 +89,35 @@ impl<S: Store> Writeback<S> {
             upto = upto.max(f.0);
         }
         Some(upto)
+    }
+
+    /// The object of the store under `p/name` with a deferred setattr queued, if any.
+    fn chattr_pending_at(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> Option<Ident> {
+        if !self.any_chattr_pending() {
+            return None;
+        }
+        let here = |i: &Inode<St<S>>| {
+            i.origin
+                .lock()
+                .as_ref()
+                .is_some_and(|(ip, n)| ip.id() == p.id() && n == name)
+        };
+        let queued = self
+            .nsq
+            .q
+            .lock()
+            .iter()
+            .filter(|j| matches!(j, Job::SetAttr { of_store: true, .. }))
+            .map(|j| j.inode())
+            .find(|i| here(i))
+            .map(|i| i.id());
+        // Or one being applied (whatever its kind: the in-flight set keeps identities only).
+        queued.or_else(|| {
+            let f = self.nsq.in_flight_ids.lock();
+            f.1.iter()
+                .copied()
+                .find(|id| self.ns.inodes.by_ident(*id).is_some_and(|i| here(&i)))
+        })
     }
 
     /// What `p/name` holds; `ask`: ask the store if the metadata cache does not know (else
