@@ -2158,6 +2158,24 @@ fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
     }
 }
 
+/// A write-back mount over a FaultStore whose namespace flusher starts at once, with no
+/// store lookups of new names (the listing answers them): the store's latency then falls on
+/// the flusher alone.
+fn eager_ns_mount(prepare: impl FnOnce(&Path)) -> FaultMount {
+    let wb = tierfs_fs::WbConfig {
+        mode: tierfs_fs::WbMode::Back,
+        journal_size: 256 << 20,
+        namespace_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    let cfg = tierfs_fs::FsConfig {
+        meta_ttl: Duration::from_secs(3600),
+        meta_cto: false,
+        ..Default::default()
+    };
+    FaultMount::with_writeback(cfg, Some(wb), prepare)
+}
+
 /// Issue 15: a file write-back made, renamed in its directory to a free name after the
 /// namespace flusher took its create (what `git` does with `index.lock` once a checkout's
 /// creates are queued behind it): the rename is queued for the store (`ns_move`) and waits for
@@ -2166,20 +2184,7 @@ fn namespace_operations_reach_a_slow_store_at_once_and_in_order() {
 /// new names with their data and not the lock.
 #[test]
 fn a_lock_file_renamed_after_the_flusher_took_its_create_waits_for_nothing() {
-    let wb = tierfs_fs::WbConfig {
-        mode: tierfs_fs::WbMode::Back,
-        journal_size: 256 << 20,
-        namespace_delay: Duration::ZERO,
-        ..Default::default()
-    };
-    // No store lookups of the new names (the listing answers them): the store's latency
-    // then falls on the flusher alone.
-    let cfg = tierfs_fs::FsConfig {
-        meta_ttl: Duration::from_secs(3600),
-        meta_cto: false,
-        ..Default::default()
-    };
-    let m = FaultMount::with_writeback(cfg, Some(wb), |b| {
+    let m = eager_ns_mount(|b| {
         std::fs::create_dir(b.join("d")).unwrap();
     });
     let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
@@ -2287,18 +2292,7 @@ fn a_lock_file_renamed_after_the_flusher_took_its_create_waits_for_nothing() {
 fn links_and_renames_of_store_files_wait_only_for_what_they_name() {
     use tierfs_store::OpClass;
     const QUEUED: usize = 24;
-    let wb = tierfs_fs::WbConfig {
-        mode: tierfs_fs::WbMode::Back,
-        journal_size: 256 << 20,
-        namespace_delay: Duration::ZERO,
-        ..Default::default()
-    };
-    let cfg = tierfs_fs::FsConfig {
-        meta_ttl: Duration::from_secs(3600),
-        meta_cto: false,
-        ..Default::default()
-    };
-    let m = FaultMount::with_writeback(cfg, Some(wb), |b| {
+    let m = eager_ns_mount(|b| {
         for d in ["deps", "inc", "other"] {
             std::fs::create_dir(b.join(d)).unwrap();
         }
