@@ -275,55 +275,6 @@ impl<S: Store> Fs<S> {
             && i.file.as_ref().is_some_and(|st| !st.flushing.load(Acquire))
     }
 
-    /// An extending truncate of a new file through a descriptor of it (`ftruncate(fd, n)`, n
-    /// past its end): written back as one zero byte at `n - 1`, which leaves the file exactly
-    /// as the truncate would (its new bytes read as zeros) and is journaled and replayed as
-    /// any write. Linkers (`lld`, `mold`) size a new output so before writing it through
-    /// `mmap`; done on the store, the truncate waited for the file's create and for every
-    /// namespace operation queued before it (a build over sshfs: 20 waits, 2.5 s). None:
-    /// not such a truncate (a shorter size, other changes with it, a file of the store).
-    pub(super) fn extend_deferred(
-        &self,
-        ino: u64,
-        fh: Option<u64>,
-        set: &SetAttr,
-    ) -> Option<Result<Attr>> {
-        let wb = self.wb()?;
-        let n = set.size.filter(|&n| n > 0)?;
-        // Size only, and the time a truncate sets anyway (the write sets it too).
-        let only_size = SetAttr {
-            size: set.size,
-            mtime: set.mtime.filter(|t| *t == tierfs_store::TimeUpdate::Now),
-            atime: None,
-            ..Default::default()
-        };
-        if *set != only_size || !wb.defers_namespace() || self.sh.store.publishes_at_sync() {
-            return None;
-        }
-        let i = self.ns.inodes.get(ino)?;
-        if !is_provisional(i.id()) || i.kind != FileKind::File {
-            return None;
-        }
-        let of = self.data.files.get(&fh?).map(|f| f.clone())?;
-        if of.inode.ino != ino {
-            return None;
-        }
-        let size = |i: &Inode<St<S>>| {
-            let mut a = self.ns.prov.attr(i.id())?;
-            wb.overlay_attr(i, &mut a);
-            Some(a)
-        };
-        if n <= size(&i)?.size {
-            return None;
-        }
-        if let Err(e) = wb.write_back(&of, n - 1, bytes::Bytes::from_static(&[0])) {
-            return Some(Err(e));
-        }
-        self.ns.listed_changed(&i);
-        let a = size(&i)?;
-        Some(Ok(self.shown(ino, self.ns.with_ino(&i, a))))
-    }
-
     /// [`Fs::setattr`] of a provisional object (not a size change but to zero): deferred
     /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {

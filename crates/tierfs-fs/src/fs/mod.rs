@@ -296,9 +296,6 @@ impl<S: Store> Fs<S> {
         if let Some(r) = self.setattr_fast(ino, set) {
             return r;
         }
-        if let Some(r) = self.extend_deferred(ino, fh, set) {
-            return r;
-        }
         let i = self.ns.inode(ino)?;
         if let Some(wb) = self.wb() {
             if set.size.is_some() {

@@ -16,8 +16,6 @@
 //! Kept narrow: size 0 only (a shorter or longer size would need a record of its own for
 //! replay), of a regular file with one name whose create the store has not refused, and none
 //! of whose data a replace wrote ahead (`ns_replace`: then the store has some of it).
-//! An extending truncate through a descriptor is written back as one zero byte at the new
-//! end instead (`Fs::extend_deferred`: the same file, journaled as a write).
 //! Any other truncate of a new file is done on the store once the file's own operations are
 //! there (`settle_for_truncate`): not after everything deferred before it, which on a slow
 //! store was seconds of other files' creates.
