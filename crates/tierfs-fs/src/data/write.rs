@@ -81,12 +81,12 @@ impl<S: Store> Objects<S> {
     /// blocks are patched (and zero-extended where the file grew), blocks the write covers
     /// whole are inserted, others are left to be fetched. The caller hands the data over as a
     /// buffer of its own: a block the write covers whole and that is not cached yet is cached
-    /// as a slice of that buffer, not a copy. Why: every copy is a fresh 64 KiB allocation while the RAM tier
-    /// grows (and after the pressure monitor hands freed memory back), and the kernel's zeroing
-    /// of those fresh pages cost as much as the store's own write (perf, 1 MiB write-through
-    /// writes to a tmpfs store: 38% of the daemon's time in clear_page). The buffer then lives
-    /// as long as one of its blocks is cached; the blocks of one write are inserted together
-    /// and age together.
+    /// as a slice of that buffer, not a copy. Why: every copy is a fresh 64 KiB allocation
+    /// while the RAM tier grows (and after the pressure monitor hands freed memory back), and
+    /// the kernel's zeroing of those fresh pages cost as much as the store's own write (perf,
+    /// 1 MiB write-through writes to a tmpfs store: 38% of the daemon's time in clear_page).
+    /// The buffer then lives as long as one of its blocks is cached; the blocks of one write
+    /// are inserted together and age together.
     pub(crate) fn patch_blocks_shared(
         &self,
         gen: u64,

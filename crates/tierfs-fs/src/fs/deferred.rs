@@ -45,7 +45,14 @@ impl<S: Store> Fs<S> {
                 Some((np, nn)) => wb.settled_upto(&p, name, Some((&self.ns.inode(np).ok()?, nn))),
             }
         };
-        match upto() {
+        Self::drain_ns_upto(wb, upto())
+    }
+
+    /// The narrow wait `ns_narrow` found (`Some(seq)`: the operations up to `seq`, with every
+    /// record appended so far made durable), else the wait for everything.
+    #[track_caller]
+    fn drain_ns_upto(wb: &crate::writeback::Writeback<S>, upto: Option<u64>) -> Result<()> {
+        match upto {
             Some(seq) => {
                 wb.drain_ns_to(seq)?;
                 wb.sync_deferred()
@@ -73,13 +80,7 @@ impl<S: Store> Fs<S> {
             let np = self.ns.inode(newparent).ok()?;
             wb.settled_upto(&p, &name, Some((&np, newname)))
         };
-        match upto() {
-            Some(seq) => {
-                wb.drain_ns_to(seq)?;
-                wb.sync_deferred()
-            }
-            None => wb.drain_ns(),
-        }
+        Self::drain_ns_upto(wb, upto())
     }
 
     /// A create acknowledged before the store has it, or None (do it on the store, after

@@ -68,7 +68,7 @@ impl<S: Store> Fs<S> {
             self.names_changed(newparent);
             return Ok(self.shown_entry(e));
         }
-        not_deferred("link", newname, None);
+        self.not_deferred("link", newname, None);
         self.drain_ns_for_link(ino, newparent, newname)?;
         // (Not the file's data first, as a rename of it waits for: the name its journal
         // records carry stays, and an unlink or rename of that name flushes them first.)
@@ -83,7 +83,7 @@ impl<S: Store> Fs<S> {
             self.names_changed(parent);
             return Ok(());
         }
-        not_deferred("unlink", name, None);
+        self.not_deferred("unlink", name, None);
         self.drain_ns_for(parent, name, None)?;
         self.settle_name(parent, name)?;
         let r = self.ns.unlink(parent, name);
@@ -117,7 +117,7 @@ impl<S: Store> Fs<S> {
             }
             return Ok(());
         }
-        not_deferred("rename", name, Some(newname));
+        self.not_deferred("rename", name, Some(newname));
         self.drain_ns_for(parent, name, Some((newparent, newname)))?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
@@ -129,14 +129,20 @@ impl<S: Store> Fs<S> {
     }
 }
 
-/// Write-back: a namespace operation done on the store, after the deferred ones it depends
-/// on (`TIERFS_LOG=tierfs_fs::ns_wait=debug`, with the waits themselves): which to defer next.
-fn not_deferred(op: &str, name: &OsStr, to: Option<&OsStr>) {
-    tracing::debug!(
-        target: "tierfs_fs::ns_wait",
-        op,
-        name = %name.to_string_lossy(),
-        to = %to.map(|t| t.to_string_lossy()).unwrap_or_default(),
-        "not deferred"
-    );
+impl<S: Store> Fs<S> {
+    /// Write-back: a namespace operation done on the store, after the deferred ones it
+    /// depends on (`TIERFS_LOG=tierfs_fs::ns_wait=debug`, with the waits themselves): which
+    /// to defer next. (Nothing in write-through, where nothing is deferred.)
+    fn not_deferred(&self, op: &str, name: &OsStr, to: Option<&OsStr>) {
+        if self.wb().is_none() {
+            return;
+        }
+        tracing::debug!(
+            target: "tierfs_fs::ns_wait",
+            op,
+            name = %name.to_string_lossy(),
+            to = %to.map(|t| t.to_string_lossy()).unwrap_or_default(),
+            "not deferred"
+        );
+    }
 }
