@@ -70,7 +70,20 @@ fn git_clone_onto_tierfs_over_sshfs_is_whole_in_both_write_modes() {
         let mnt = m.mnt.clone();
         let from = repo.path().to_str().unwrap().to_string();
         let name = format!("clone-{mode}");
+        let sshfs_mnt = store.mnt.clone();
         with_timeout(LIMIT, vec![mnt.clone()], move || {
+            // sshfs makes no FIFO (SFTP has no mknod): through tierfs the call says so, with
+            // sshfs's own errno, every time, in both modes (a deferred mknod would have
+            // failed at flush instead: `ns_mknod`).
+            let alone = mkfifo(&sshfs_mnt.join("fifo-alone")).unwrap_err();
+            for _ in 0..2 {
+                let e = mkfifo(&mnt.join("fifo")).unwrap_err();
+                assert_eq!(e.raw_os_error(), alone.raw_os_error(), "{mode}: {e}");
+                assert!(
+                    std::fs::symlink_metadata(mnt.join("fifo")).is_err(),
+                    "{mode}"
+                );
+            }
             let data = seeded_bytes(99, 300_000);
             std::fs::write(mnt.join("tmp_pack"), &data).unwrap();
             std::fs::hard_link(mnt.join("tmp_pack"), mnt.join("pack")).unwrap();
@@ -86,6 +99,16 @@ fn git_clone_onto_tierfs_over_sshfs_is_whole_in_both_write_modes() {
         check_clone(&store.served.join(format!("clone-{mode}")));
         assert!(!store.served.join("pack").exists());
         store.mount();
+    }
+}
+
+fn mkfifo(p: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -2299,3 +2299,140 @@ fn sorted_names(d: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// mknod(2) of `p` (`mode` with its file type, device `dev`).
+fn mknod_at(p: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    if unsafe { libc::mknod(c.as_ptr(), mode, dev) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Namespace write-back of mknod (issue 15; `ns_mknod`): untarring a root filesystem makes
+/// `/dev`'s nodes and FIFOs. The first special file of a kind is made on the store, which
+/// answers whether it can (sshfs cannot: its errno is the call's, never a conflict at flush);
+/// later ones of that kind, and regular files made by mknod, are deferred like a create:
+/// seen at once through the mount (kind, device number, listing), on the store with their
+/// owner and mode once something waits for them, withdrawn if unlinked first, and made by
+/// replay after `kill -9`.
+#[test]
+fn mknods_are_deferred_once_the_store_makes_their_kind() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let m = BinMount::new(&[
+        "writeback.mode=back",
+        "writeback.namespace_delay=1h",
+        "writeback.namespace_quiet=1h",
+    ]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    let null = libc::makedev(1, 3);
+    let zero = libc::makedev(1, 5);
+    let waited = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing) = (mnt.clone(), backing.clone());
+        move || {
+            assert!(sorted_names(&mnt).is_empty());
+            // The first of each kind: on the store at once.
+            mknod_at(&mnt.join("fifo0"), libc::S_IFIFO | 0o644, 0).unwrap();
+            mknod_at(&mnt.join("null0"), libc::S_IFCHR | 0o666, null).unwrap();
+            assert!(std::fs::symlink_metadata(backing.join("fifo0"))
+                .unwrap()
+                .file_type()
+                .is_fifo());
+            assert_eq!(
+                std::fs::symlink_metadata(backing.join("null0"))
+                    .unwrap()
+                    .rdev(),
+                null
+            );
+            let stat = |k: &str| n(&stats_of(&mnt), k);
+            let waits = stat("writeback.namespace.waits");
+            std::fs::create_dir(mnt.join("dev")).unwrap();
+            mknod_at(&mnt.join("dev/initctl"), libc::S_IFIFO | 0o600, 0).unwrap();
+            mknod_at(&mnt.join("dev/null"), libc::S_IFCHR | 0o666, null).unwrap();
+            mknod_at(&mnt.join("dev/zero"), libc::S_IFCHR | 0o640, zero).unwrap();
+            mknod_at(&mnt.join("dev/reg"), libc::S_IFREG | 0o600, 0).unwrap();
+            mknod_at(&mnt.join("dev/gone"), libc::S_IFIFO | 0o600, 0).unwrap();
+            let e = mknod_at(&mnt.join("dev/null"), libc::S_IFCHR | 0o666, null).unwrap_err();
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::EEXIST),
+                "a second mknod of a name"
+            );
+            std::os::unix::fs::chown(mnt.join("dev/zero"), Some(0), Some(5)).unwrap();
+            std::fs::remove_file(mnt.join("dev/gone")).unwrap();
+            let md = |p: &str| std::fs::symlink_metadata(mnt.join(p)).unwrap();
+            assert!(md("dev/initctl").file_type().is_fifo());
+            assert!(md("dev/null").file_type().is_char_device());
+            assert_eq!((md("dev/null").rdev(), md("dev/zero").rdev()), (null, zero));
+            assert_eq!(md("dev/zero").permissions().mode() & 0o7777, 0o640);
+            assert_eq!(md("dev/zero").gid(), 5);
+            assert!(md("dev/reg").file_type().is_file());
+            assert_eq!(md("dev/reg").len(), 0);
+            assert_eq!(
+                sorted_names(&mnt.join("dev")),
+                ["initctl", "null", "reg", "zero"]
+            );
+            let waited = stat("writeback.namespace.waits") - waits;
+            assert!(
+                !backing.join("dev").exists(),
+                "deferred: not on the store before anything waits for it"
+            );
+            // The FIFO works as one (the kernel's, not the daemon's).
+            let fifo = mnt.join("dev/initctl");
+            let reader = std::thread::spawn(move || std::fs::read(fifo).unwrap());
+            std::fs::write(mnt.join("dev/initctl"), b"through the pipe").unwrap();
+            assert_eq!(reader.join().unwrap(), b"through the pipe");
+            File::open(mnt.join("dev")).unwrap().sync_all().unwrap();
+            waited
+        }
+    });
+    assert_eq!(waited, 0, "a mknod waited for the namespace flusher");
+    let md = |p: &str| std::fs::symlink_metadata(backing.join(p)).unwrap();
+    assert!(md("dev/initctl").file_type().is_fifo());
+    assert_eq!(md("dev/initctl").permissions().mode() & 0o7777, 0o600);
+    assert!(md("dev/null").file_type().is_char_device());
+    assert_eq!((md("dev/null").rdev(), md("dev/zero").rdev()), (null, zero));
+    assert_eq!(
+        (
+            md("dev/zero").permissions().mode() & 0o7777,
+            md("dev/zero").gid()
+        ),
+        (0o640, 5)
+    );
+    assert!(md("dev/reg").file_type().is_file());
+    assert_eq!(
+        sorted_names(&backing.join("dev")),
+        ["initctl", "null", "reg", "zero"]
+    );
+
+    // Across kill -9: deferred, killed before the flusher ran, made by replay.
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            std::fs::create_dir(mnt.join("dev2")).unwrap();
+            mknod_at(&mnt.join("dev2/null"), libc::S_IFCHR | 0o666, null).unwrap();
+            mknod_at(&mnt.join("dev2/fifo"), libc::S_IFIFO | 0o604, 0).unwrap();
+            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
+            // the page cache).
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    assert!(!backing.join("dev2").exists());
+    m.kill_daemon();
+    mount(&m, &["writeback.mode=back".to_string()]);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || assert_eq!(sorted_names(&mnt.join("dev2")), ["fifo", "null"])
+    });
+    m.unmount_and_wait();
+    assert_eq!(md("dev2/null").rdev(), null);
+    assert!(md("dev2/null").file_type().is_char_device());
+    assert!(md("dev2/fifo").file_type().is_fifo());
+    assert_eq!(md("dev2/fifo").permissions().mode() & 0o7777, 0o604);
+    assert!(
+        lost_names(&m.cache.join("journal")).is_empty(),
+        "nothing staged as lost"
+    );
+}

@@ -98,7 +98,7 @@ impl<S: Store> Fs<S> {
         let p = self.ns.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
         let Some((inode, e)) =
-            wb.create_deferred(&p, name, FileKind::File, mode, excl, req, io, None)?
+            wb.create_deferred(&p, name, FileKind::File, mode, excl, req, io, None, 0)?
         else {
             return Ok(None);
         };
@@ -133,7 +133,24 @@ impl<S: Store> Fs<S> {
         let Some(wb) = self.wb() else { return Ok(None) };
         let p = self.ns.inode(parent)?;
         Ok(wb
-            .create_deferred(&p, name, FileKind::Dir, mode, true, req, io, None)?
+            .create_deferred(&p, name, FileKind::Dir, mode, true, req, io, None, 0)?
+            .map(|(_, e)| e))
+    }
+
+    /// A mknod write-back takes without the store (`Writeback::mknod_deferred`). None: done
+    /// on the store.
+    pub(super) fn mknod_deferred(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        req: Requester,
+    ) -> Result<Option<Entry>> {
+        let Some(wb) = self.wb() else { return Ok(None) };
+        let p = self.ns.inode(parent)?;
+        Ok(wb
+            .mknod_deferred(&p, name, mode, rdev, req)?
             .map(|(_, e)| e))
     }
 
@@ -161,6 +178,7 @@ impl<S: Store> Fs<S> {
                 req,
                 true,
                 Some(target),
+                0,
             )?
             .map(|(_, e)| e))
     }

@@ -26,9 +26,18 @@ impl<S: Store> Fs<S> {
         rdev: u64,
         req: Requester,
     ) -> Result<Entry> {
+        let r = self.mknod_deferred(parent, name, mode, rdev, req);
+        self.names_changed(parent);
+        if let Some(e) = r? {
+            return Ok(e);
+        }
+        self.not_deferred("mknod", name, None);
         self.drain_ns()?;
         let r = self.ns.mknod(parent, name, mode, rdev, req);
         self.names_changed(parent);
+        if let (Ok(_), Some(wb)) = (&r, self.wb()) {
+            wb.mknod_made(mode);
+        }
         r
     }
 

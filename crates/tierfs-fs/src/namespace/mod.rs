@@ -272,7 +272,7 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Makes a provisional object (see `provisional`): `parent/name`, of `kind` (a symlink
-    /// to `target`), identified by the seq of the journal record that created it, with its
+    /// to `target`, a device of number `rdev`), identified by the seq of the journal record that created it, with its
     /// owner and mode as the store would give them. The kernel learns it (one lookup).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_provisional(
@@ -284,6 +284,7 @@ impl<S: Store> Namespace<S> {
         owner: (u32, u32),
         seq: u64,
         target: Option<&OsStr>,
+        rdev: u64,
     ) -> Result<(Arc<Inode<St<S>>>, Entry)> {
         let t = tierfs_store::TimeSpec::now();
         let dir = kind == FileKind::Dir;
@@ -300,7 +301,7 @@ impl<S: Store> Namespace<S> {
             nlink: if dir { 2 } else { 1 },
             uid: owner.0,
             gid: owner.1,
-            rdev: 0,
+            rdev,
             size,
             blocks: 0,
             blksize: 4096,

@@ -21,6 +21,7 @@ mod ns_defer;
 mod ns_fold;
 mod ns_link;
 mod ns_lost;
+mod ns_mknod;
 mod ns_move;
 mod ns_narrow;
 mod ns_order;
@@ -31,6 +32,7 @@ mod ns_remove;
 mod ns_rename;
 mod ns_replace;
 mod ns_replay;
+mod ns_replay_make;
 mod ns_truncate;
 mod replay;
 mod reserve;
@@ -92,6 +94,8 @@ pub struct Writeback<S: Store> {
     pub(crate) held: Mutex<std::collections::HashMap<(u64, u64), crate::shared::Handle<S>>>,
     /// Deferred namespace operations on their way to the namespace flusher (see `ns`).
     pub(crate) nsq: ns_queue::NsQueue<S>,
+    /// The kinds of special file the store makes (`ns_mknod`).
+    pub(crate) made_kinds: ns_mknod::MadeKinds,
     /// The journal's directory (its `lost/` keeps what the store refused).
     pub(crate) dir: std::path::PathBuf,
 }

@@ -5,6 +5,7 @@
 
 use super::ns_fold::FoldOut;
 use super::ns_queue::Job;
+use super::ns_record::is_special;
 use super::Writeback;
 use crate::identity::Ident;
 use crate::inode::Inode;
@@ -129,6 +130,7 @@ impl<S: Store> Writeback<S> {
                 kind,
                 owner,
                 target,
+                rdev,
                 ..
             } => {
                 // With the setattrs after it folded in (`ns_fold`).
@@ -165,6 +167,9 @@ impl<S: Store> Writeback<S> {
                     (FileKind::Dir, _) => self.sh.store.mkdir(&pnode, name, *mode, *owner),
                     (FileKind::Symlink, Some(t)) => self.sh.store.symlink(&pnode, name, t, *owner),
                     (FileKind::Symlink, None) => Err(Errno(libc::EINVAL)),
+                    (k, _) if is_special(*k) => {
+                        self.sh.store.mknod(&pnode, name, *mode, *rdev, *owner)
+                    }
                     _ => self
                         .sh
                         .store

@@ -4,7 +4,7 @@
 
 use super::ns_chattr::AttrShadow;
 use super::ns_queue::{Job, NewObject};
-use super::ns_record::NsOp;
+use super::ns_record::{is_special, NsOp};
 use super::Writeback;
 use crate::file_state::DROPPED;
 use crate::identity::Ident;
@@ -73,8 +73,8 @@ impl<S: Store> Writeback<S> {
         self.cfg.namespace_back && !self.sh.store.publishes_at_sync()
     }
 
-    /// A create (`kind` File), mkdir (`kind` Dir) or symlink (`kind` Symlink, to `target`)
-    /// made provisional, or None: it cannot be
+    /// A create (`kind` File), mkdir (`kind` Dir), symlink (`kind` Symlink, to `target`) or
+    /// mknod of a special file (of device number `rdev`) made provisional, or None: it cannot be
     /// deferred (the cache cannot tell that the name is free, or the journal refused the
     /// record) and must be done on the store, after [`Writeback::drain_ns`].
     /// Err(EEXIST): the name is a provisional object already and `excl` was asked.
@@ -91,6 +91,7 @@ impl<S: Store> Writeback<S> {
         req: Requester,
         io: bool,
         target: Option<&OsStr>,
+        rdev: u64,
     ) -> Result<Option<NewObject<S>>> {
         if !self.defers_namespace() || p.kind != FileKind::Dir {
             return Ok(None);
@@ -170,6 +171,7 @@ impl<S: Store> Writeback<S> {
             mode,
             owner,
             target: target.map(|t| t.as_bytes().to_vec()).unwrap_or_default(),
+            rdev,
         };
         let payload = op.encode();
         // Appended and queued under one lock: the queue is in seq order, so a DONE up to a
@@ -187,7 +189,7 @@ impl<S: Store> Writeback<S> {
         };
         let (inode, entry) = self
             .ns
-            .add_provisional(p, name, kind, mode, owner_new, seq, target)
+            .add_provisional(p, name, kind, mode, owner_new, seq, target, rdev)
             .inspect_err(|_| unreserve())?;
         // The directory as the application now sees it: one more link for a directory made
         // in it, its times moved.
@@ -212,6 +214,7 @@ impl<S: Store> Writeback<S> {
                 mode,
                 owner,
                 target: target.map(OsStr::to_owned),
+                rdev,
                 new_owner: owner_new,
                 reserved,
                 tried: false,
@@ -294,7 +297,7 @@ impl<S: Store> Writeback<S> {
         }
         match (&inode.file, attr.kind) {
             (Some(st), FileKind::File) if !no_open && st.opens.load(Acquire) == 0 => {}
-            (None, FileKind::Symlink) => {}
+            (None, k) if k == FileKind::Symlink || is_special(k) => {}
             _ => return None,
         }
         let path = self.backing_path(&inode)?;

@@ -53,6 +53,8 @@ pub(crate) enum Job<S: Store> {
         owner: Option<(u32, u32)>,
         /// A symlink's target.
         target: Option<OsString>,
+        /// A special file's device number (a deferred mknod; 0 for the other kinds).
+        rdev: u64,
         /// The owner the object gets (as its provisional attributes say).
         new_owner: (u32, u32),
         /// Store bytes reserved for it (a directory's first block), given back once applied.

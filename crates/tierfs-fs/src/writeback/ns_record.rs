@@ -4,9 +4,10 @@
 //!
 //! ```text
 //! payload = version u8 (1) | op u8 | op fields
-//! CREATE  (op 1) = kind u8 (1 file, 2 directory, 3 symlink) | mode u32 | has owner u8 | uid u32
+//! CREATE  (op 1) = kind u8 (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character
+//!                  device, 7 block device) | mode u32 | has owner u8 | uid u32
 //!                  | gid u32 | parent path (u16 length, bytes) | name (u16 length, bytes)
-//!                  [| target (u16 length, bytes): kind 3 only]
+//!                  [| target (u16 length, bytes): kind 3 only] [| rdev u64: kinds 4 to 7]
 //! SETATTR (op 2) = path (u16 length, bytes) | mask u8 (1 mode, 2 uid, 4 gid, 8 atime, 16 mtime)
 //!                  | mode u32 | uid u32 | gid u32 | atime s i64 | atime ns u32 | mtime s i64
 //!                  | mtime ns u32
@@ -50,7 +51,8 @@
 //! the application asked for, resolved when it asked ("now" is recorded as that instant), so
 //! a replay sets the same ones. Decoding untrusted bytes never panics. (Kind 3 came later
 //! than the rest: a daemon from before it logs such a record as unreadable and skips it, so
-//! downgrade only with an empty journal. The same holds for ops 5 to 11.)
+//! downgrade only with an empty journal. The same holds for ops 5 to 11, and for kinds 4 to 7,
+//! the deferred mknod.)
 
 use tierfs_store::{FileKind, SetAttr, TimeSpec, TimeUpdate};
 
@@ -73,7 +75,8 @@ pub(crate) type Replaced = (FileKind, (u64, u64), u64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NsOp {
-    /// A regular file, a directory or a symlink made in `parent` as `name`.
+    /// A regular file, a directory, a symlink or a special file (a mknod) made in `parent`
+    /// as `name`.
     Create {
         parent: Vec<u8>,
         name: Vec<u8>,
@@ -83,6 +86,8 @@ pub(crate) enum NsOp {
         owner: Option<(u32, u32)>,
         /// A symlink's target (empty for the other kinds).
         target: Vec<u8>,
+        /// A device's number (`st_rdev`), as mknod(2) takes it (0 for the other kinds).
+        rdev: u64,
     },
     SetAttr {
         path: Vec<u8>,
@@ -160,13 +165,26 @@ fn put_time(out: &mut Vec<u8>, t: Option<TimeSpec>) {
     out.extend_from_slice(&t.nsec.to_le_bytes());
 }
 
-/// The kind byte of CREATE, UNLINK and REMOVE: 1 file, 2 directory, 3 symlink.
+/// The kind byte of CREATE, UNLINK and REMOVE: 1 file, 2 directory, 3 symlink, 4 FIFO,
+/// 5 socket, 6 character device, 7 block device.
 fn kind_byte(kind: FileKind) -> u8 {
     match kind {
+        FileKind::File => 1,
         FileKind::Dir => 2,
         FileKind::Symlink => 3,
-        _ => 1,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDev => 6,
+        FileKind::BlockDev => 7,
     }
+}
+
+/// Whether a CREATE of `kind` is a mknod of a special file (its record carries `rdev`).
+pub(crate) fn is_special(kind: FileKind) -> bool {
+    matches!(
+        kind,
+        FileKind::Fifo | FileKind::Socket | FileKind::CharDev | FileKind::BlockDev
+    )
 }
 
 struct Reader<'a> {
@@ -206,6 +224,10 @@ impl<'a> Reader<'a> {
             1 => Ok(FileKind::File),
             2 => Ok(FileKind::Dir),
             3 => Ok(FileKind::Symlink),
+            4 => Ok(FileKind::Fifo),
+            5 => Ok(FileKind::Socket),
+            6 => Ok(FileKind::CharDev),
+            7 => Ok(FileKind::BlockDev),
             _ => Err("namespace record: unknown kind"),
         }
     }
@@ -273,6 +295,7 @@ impl NsOp {
                 mode,
                 owner,
                 target,
+                rdev,
             } => {
                 out.push(OP_CREATE);
                 out.push(kind_byte(*kind));
@@ -285,6 +308,9 @@ impl NsOp {
                 put_bytes(&mut out, name);
                 if *kind == FileKind::Symlink {
                     put_bytes(&mut out, target);
+                }
+                if is_special(*kind) {
+                    out.extend_from_slice(&rdev.to_le_bytes());
                 }
             }
             NsOp::SetAttr {
@@ -419,6 +445,7 @@ impl NsOp {
                 if kind == FileKind::Symlink && (target.is_empty() || target.contains(&0)) {
                     return Err("namespace record: not a symlink target");
                 }
+                let rdev = if is_special(kind) { r.i64()? as u64 } else { 0 };
                 NsOp::Create {
                     parent,
                     name,
@@ -426,6 +453,7 @@ impl NsOp {
                     mode,
                     owner: has_owner.then_some((u, g)),
                     target,
+                    rdev,
                 }
             }
             op @ (OP_SETATTR | OP_CHATTR) => {

@@ -12,6 +12,7 @@ fn round_trip_and_garbage() {
             mode: 0o644,
             owner: Some((1000, 100)),
             target: Vec::new(),
+            rdev: 0,
         },
         NsOp::Create {
             parent: Vec::new(),
@@ -20,6 +21,7 @@ fn round_trip_and_garbage() {
             mode: 0o755,
             owner: None,
             target: Vec::new(),
+            rdev: 0,
         },
         NsOp::Create {
             parent: b"a".to_vec(),
@@ -28,6 +30,25 @@ fn round_trip_and_garbage() {
             mode: 0o777,
             owner: Some((0, 0)),
             target: b"../b/c.txt".to_vec(),
+            rdev: 0,
+        },
+        NsOp::Create {
+            parent: b"dev".to_vec(),
+            name: b"null".to_vec(),
+            kind: FileKind::CharDev,
+            mode: libc::S_IFCHR | 0o666,
+            owner: Some((0, 0)),
+            target: Vec::new(),
+            rdev: libc::makedev(1, 3),
+        },
+        NsOp::Create {
+            parent: b"run".to_vec(),
+            name: b"initctl".to_vec(),
+            kind: FileKind::Fifo,
+            mode: libc::S_IFIFO | 0o600,
+            owner: None,
+            target: Vec::new(),
+            rdev: 0,
         },
         NsOp::SetAttr {
             path: b"a/b/c.txt".to_vec(),
@@ -159,6 +180,7 @@ fn round_trip_and_garbage() {
         mode: 0,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     assert!(NsOp::decode(&bad_name.encode()).is_err());
     let no_target = NsOp::Create {
@@ -168,6 +190,7 @@ fn round_trip_and_garbage() {
         mode: 0o777,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     assert!(NsOp::decode(&no_target.encode()).is_err());
     for n in 0..64u8 {

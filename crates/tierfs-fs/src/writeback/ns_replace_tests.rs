@@ -27,6 +27,7 @@ fn replaces_replay_in_every_state_a_crash_leaves_and_never_over_someone_elses() 
         mode: 0o644,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     let path_id = (1u64 << 63, 9);
     let over = |from: &str, to: &str, prov, old_size| NsOp::Move {

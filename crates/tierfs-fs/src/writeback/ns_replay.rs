@@ -4,13 +4,14 @@
 //! recorded.
 //!
 //! - A create finding the name taken by an empty regular file (a mkdir a directory, a
-//!   symlink a symlink to the same target) takes it for its own, made before the crash: until the create's DONE is
-//!   recorded no data of the file is written (see `ns`), so ours is empty. Anything else
-//!   there is someone else's: a conflict. Our file is not made, and its data goes to
-//!   `lost/` (never written into theirs, never dropped).
+//!   symlink a symlink to the same target, a mknod the same kind and device) takes it for
+//!   its own, made before the crash: until the create's DONE is recorded no data of the file
+//!   is written (see `ns`), so ours is empty. Anything else there is someone else's: a
+//!   conflict. Our file is not made, and its data goes to `lost/` (never written into
+//!   theirs, never dropped).
 //! - A setattr of a path that is gone is skipped, with a log line.
-//! - An unlink removes what its create made in this replay (an empty regular file, or a
-//!   symlink), and the file's data records are dropped: it was unlinked before it reached
+//! - An unlink removes what its create made in this replay (an empty regular file, or an
+//!   object of its kind), and the file's data records are dropped: it was unlinked before it reached
 //!   the store. Without its CREATE record (covered by a DONE, and withdrawn: never applied)
 //!   whatever the name holds is someone else's and stays.
 //! - A create is made under the last name the pending renames of it give it: a deferred
@@ -266,6 +267,7 @@ pub(crate) fn replay_ns<S: Store>(
                 mode,
                 owner,
                 target,
+                rdev,
             } => {
                 // Made under the last name its pending renames give it, in the directory
                 // they give it, as the flusher made it (that directory's mkdir, if deferred,
@@ -310,52 +312,26 @@ pub(crate) fn replay_ns<S: Store>(
                         Err(e) => return Err(fail("looking up", &path, e)),
                     }
                 }
-                let r = match kind {
-                    FileKind::Dir => store.mkdir(&pnode, n, *mode, *owner).map(|_| ()),
-                    FileKind::Symlink => store.symlink(&pnode, n, t, *owner).map(|_| ()),
-                    _ => store
-                        .create(
-                            &pnode,
-                            n,
-                            *mode,
-                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-                            *owner,
-                        )
-                        .map(|_| ()),
-                };
-                match r {
-                    Ok(()) => {}
-                    Err(e) if e == Errno(libc::EEXIST) => {
-                        let ours = match store.lookup(&pnode, n) {
-                            Ok((_, a)) if *kind == FileKind::Dir => a.kind == FileKind::Dir,
-                            Ok((node, a)) if *kind == FileKind::Symlink => {
-                                a.kind == FileKind::Symlink
-                                    && match store.readlink(&node) {
-                                        Ok(got) => got == t,
-                                        Err(e) => return Err(fail("reading", &path, e)),
-                                    }
-                            }
-                            Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
-                            Err(_) => false,
-                        };
-                        if !ours {
-                            tracing::error!(
-                                "write-back replay: {} was created on the store by someone else before ours: theirs is kept, ours (its data) goes under lost/",
-                                String::from_utf8_lossy(&path)
-                            );
-                            c.ns_conflicts.fetch_add(1, Relaxed);
-                            refused.push(path);
-                            refused_prov.insert(p.seq);
-                            continue;
-                        }
-                    }
-                    Err(e) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => {
+                match super::ns_replay_make::make(store, &pnode, n, *kind, *mode, *owner, t, *rdev)
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::error!(
+                            "write-back replay: {} was created on the store by someone else before ours: theirs is kept, ours (its data) goes under lost/",
+                            String::from_utf8_lossy(&path)
+                        );
                         c.ns_conflicts.fetch_add(1, Relaxed);
                         refused.push(path);
                         refused_prov.insert(p.seq);
                         continue;
                     }
-                    Err(e) => return Err(fail("creating", &path, e)),
+                    Err((e, _)) if e == Errno::ENOENT || e == Errno(libc::ENOTDIR) => {
+                        c.ns_conflicts.fetch_add(1, Relaxed);
+                        refused.push(path);
+                        refused_prov.insert(p.seq);
+                        continue;
+                    }
+                    Err((e, what)) => return Err(fail(what, &path, e)),
                 }
                 if !dirs.contains(parent) {
                     dirs.push(parent.clone());
@@ -534,8 +510,7 @@ pub(crate) fn replay_ns<S: Store>(
                     Err(e) => return Err(fail("looking up", parent, e)),
                 };
                 let ours = match store.lookup(&pnode, n) {
-                    Ok((_, a)) if *kind == FileKind::Symlink => a.kind == FileKind::Symlink,
-                    Ok((_, a)) if *kind == FileKind::Dir => a.kind == FileKind::Dir,
+                    Ok((_, a)) if *kind != FileKind::File => a.kind == *kind,
                     Ok((_, a)) => a.kind == FileKind::File && a.size == 0,
                     Err(e) if e == Errno::ENOENT => continue,
                     Err(e) => return Err(fail("looking up", path, e)),

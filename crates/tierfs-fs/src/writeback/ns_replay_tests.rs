@@ -15,6 +15,7 @@ fn symlink_record(seq: u64, parent: &str, name: &str, target: &str) -> PendingNs
         mode: 0o777,
         owner: None,
         target: target.as_bytes().to_vec(),
+        rdev: 0,
     };
     PendingNs {
         seq,
@@ -81,6 +82,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         mode: 0o600,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     let mkdir = |parent: &str, name: &str| NsOp::Create {
         parent: parent.as_bytes().to_vec(),
@@ -89,6 +91,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
         mode: 0o755,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     let chmod = |path: &str, mode: u32| NsOp::SetAttr {
         path: path.as_bytes().to_vec(),
@@ -131,6 +134,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
                 mode: 0o600,
                 owner: None,
                 target: Vec::new(),
+                rdev: 0,
             },
         ),
         record(5, unlink("a/tmp", FileKind::File, 4)),
@@ -165,6 +169,7 @@ fn symlinks_and_unlinks_replay_idempotently_and_never_touch_someone_elses() {
                 mode: 0o755,
                 owner: None,
                 target: Vec::new(),
+                rdev: 0,
             },
         ),
         record(20, create_file("a/x.tmp", "f")),
@@ -292,6 +297,7 @@ fn moves_replay_in_order_and_never_into_someone_elses() {
         mode: 0o600,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     let mv = |from: &str, to: &str, prov| NsOp::Move {
         from: format!("g/{from}").into_bytes(),
@@ -455,6 +461,7 @@ fn links_replay_under_the_new_name_and_unaliased_names_never_reach_the_store() {
         mode: 0o444,
         owner: None,
         target: Vec::new(),
+        rdev: 0,
     };
     let link = |from: &str, to: &str, prov| NsOp::Link {
         from: format!("o/{from}").into_bytes(),

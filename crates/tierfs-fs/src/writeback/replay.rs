@@ -68,6 +68,7 @@ impl<S: Store> Writeback<S> {
             rate: Mutex::new((Instant::now(), 0, 0)),
             held: Mutex::new(Default::default()),
             nsq: super::ns_queue::NsQueue::new(),
+            made_kinds: Default::default(),
             dir: dir.to_path_buf(),
         });
         wb.spawn_ns_flusher()
