@@ -327,3 +327,147 @@ fn a_truncate_of_a_file_of_the_store_returns_before_the_store_has_it() {
         "nothing went to journal/lost"
     );
 }
+
+/// An extending `ftruncate` of a new file (a linker sizing its output before it writes it
+/// through mmap) returns before the store has the file: reads see the data and zeros past
+/// it, `SEEK_DATA`/`SEEK_HOLE` and the store's file find the holes a local filesystem has
+/// (the first try wrote a zero byte at the end, and the model test found data there), a
+/// truncate to zero after it leaves the file empty, and a replay after `kill -9` gives the
+/// store file its size.
+#[test]
+fn an_extending_truncate_of_a_new_file_returns_before_the_store_has_it() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    use std::os::unix::io::AsRawFd;
+    const SIZE: u64 = (8 << 20) + 1234;
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    std::fs::create_dir(backing.join("out")).unwrap();
+    m.mount(WB_HELD);
+    let expect = |head: &[u8], tail_at: u64, tail: &[u8]| {
+        let mut v = vec![0u8; SIZE as usize];
+        v[..head.len()].copy_from_slice(head);
+        v[tail_at as usize..tail_at as usize + tail.len()].copy_from_slice(tail);
+        v
+    };
+    let (truncated, waited) = with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let (mnt, backing) = (mnt.clone(), backing.clone());
+        move || {
+            let (t0, w0) = (
+                stat_of(&mnt, "writeback.namespace.truncated"),
+                stat_of(&mnt, "writeback.namespace.waits"),
+            );
+            assert_eq!(std::fs::read_dir(mnt.join("out")).unwrap().count(), 0);
+            let f = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(mnt.join("out/a.out"))
+                .unwrap();
+            f.write_all_at(b"ELF header", 0).unwrap();
+            f.set_len(SIZE).unwrap();
+            f.write_all_at(b"the end", SIZE - 7).unwrap();
+            assert_eq!(f.metadata().unwrap().len(), SIZE);
+            // Extended and left so, and extended then emptied.
+            let g = File::create(mnt.join("out/sparse")).unwrap();
+            g.set_len(SIZE).unwrap();
+            drop(g);
+            let e = File::create(mnt.join("out/emptied")).unwrap();
+            e.set_len(SIZE).unwrap();
+            e.set_len(0).unwrap();
+            drop(e);
+            let truncated = stat_of(&mnt, "writeback.namespace.truncated") - t0;
+            let waited = stat_of(&mnt, "writeback.namespace.waits") - w0;
+            assert!(
+                !backing.join("out/a.out").exists(),
+                "the store has nothing until the flusher comes"
+            );
+            let mut got = vec![0u8; SIZE as usize];
+            f.read_exact_at(&mut got, 0).unwrap();
+            assert!(
+                got == expect(b"ELF header", SIZE - 7, b"the end"),
+                "read back"
+            );
+            assert_eq!(
+                std::fs::metadata(mnt.join("out/sparse")).unwrap().len(),
+                SIZE
+            );
+            // SEEK_DATA waits for the file on the store, then asks it: the hole is a hole.
+            let seek = |fd: i32, whence: i32, at: i64| unsafe { libc::lseek(fd, at, whence) };
+            let hole = seek(f.as_raw_fd(), libc::SEEK_HOLE, 0);
+            assert!(
+                hole > 0 && (hole as u64) < SIZE - 7,
+                "SEEK_HOLE {hole}: {}",
+                std::io::Error::last_os_error()
+            );
+            let data = seek(f.as_raw_fd(), libc::SEEK_DATA, 1 << 20);
+            assert!(
+                data as u64 > 1 << 20 && (data as u64) <= SIZE - 7,
+                "SEEK_DATA {data}"
+            );
+            let b = backing.join("out/a.out");
+            assert_eq!(std::fs::metadata(&b).unwrap().len(), SIZE);
+            assert!(
+                std::fs::metadata(&b).unwrap().blocks() * 512 < 1 << 20,
+                "sparse on the store"
+            );
+            assert!(std::fs::read(&b).unwrap() == expect(b"ELF header", SIZE - 7, b"the end"));
+            (truncated, waited)
+        }
+    });
+    assert_eq!(truncated, 4, "a.out, sparse, emptied twice");
+    assert_eq!(
+        waited, 0,
+        "an extending truncate waited for the namespace flusher"
+    );
+    m.unmount_and_wait();
+    assert_eq!(
+        std::fs::metadata(backing.join("out/sparse")).unwrap().len(),
+        SIZE
+    );
+    assert_eq!(
+        std::fs::metadata(backing.join("out/emptied"))
+            .unwrap()
+            .len(),
+        0
+    );
+
+    // Across kill -9: made, written, extended, killed before the flusher ran.
+    m.mount(WB_HELD);
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || {
+            assert_eq!(std::fs::read_dir(mnt.join("out")).unwrap().count(), 3);
+            let f = File::create(mnt.join("out/k")).unwrap();
+            f.write_all_at(b"head", 0).unwrap();
+            f.set_len(SIZE).unwrap();
+            drop(f);
+            let g = File::create(mnt.join("out/k2")).unwrap();
+            g.set_len(SIZE).unwrap();
+            drop(g);
+            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
+            // the page cache).
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    assert!(!backing.join("out/k").exists(), "nothing on the store yet");
+    m.kill_daemon();
+    m.mount(&["writeback.mode=back"]);
+    let k = backing.join("out/k");
+    assert!(std::fs::read(&k).unwrap() == expect(b"head", 0, b""));
+    assert_eq!(
+        std::fs::metadata(backing.join("out/k2")).unwrap().len(),
+        SIZE
+    );
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], {
+        let mnt = mnt.clone();
+        move || assert_eq!(std::fs::metadata(mnt.join("out/k")).unwrap().len(), SIZE)
+    });
+    assert_eq!(
+        std::fs::read_dir(m.cache.join("journal/lost"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "nothing went to journal/lost"
+    );
+}

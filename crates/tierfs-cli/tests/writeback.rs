@@ -2436,3 +2436,34 @@ fn mknods_are_deferred_once_the_store_makes_their_kind() {
         "nothing staged as lost"
     );
 }
+
+/// `File::create` (O_CREAT | O_TRUNC) of a new name in write-back: the create is deferred and
+/// the descriptor has no store handle until one is needed (a read of flushed data, a seek, a
+/// truncate through it). That handle was opened with the create's O_TRUNC, after the flush:
+/// the store file lost what was flushed into it (found by an extending truncate's test,
+/// `SEEK_HOLE` of an 8 MiB file answering ENXIO).
+#[test]
+fn a_descriptor_of_a_new_file_used_after_its_flush_does_not_truncate_it() {
+    use std::os::unix::fs::FileExt;
+    let m = BinMount::new(&["writeback.mode=back"]);
+    let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
+    with_timeout(Duration::from_secs(60), vec![mnt.clone()], move || {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(mnt.join("out"))
+            .unwrap();
+        f.write_all_at(b"0123456789", 0).unwrap();
+        f.sync_all().unwrap();
+        assert_eq!(std::fs::read(backing.join("out")).unwrap(), b"0123456789");
+        // Through the same descriptor, now that the file is on the store.
+        f.set_len(5).unwrap();
+        assert_eq!(std::fs::read(backing.join("out")).unwrap(), b"01234");
+        let mut got = [0u8; 5];
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(&got, b"01234");
+    });
+    m.unmount_and_wait();
+}

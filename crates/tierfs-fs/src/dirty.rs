@@ -75,6 +75,11 @@ pub struct Dirty {
     /// namespace flusher and not yet on the store (`ns_chattr`): the store's bytes are not
     /// the file's (reads see zeros but for the extents), and the flushers wait for it.
     pub truncate_pending: bool,
+    /// The seq of a deferred extending truncate of the new file (`ns_truncate`; its journal
+    /// record is an empty DATA record at the new size) whose flush has not set the store
+    /// file's size to `size` yet: a linker's `ftruncate` of its output before it writes it
+    /// through mmap. Not clean until then, though no extent may be left.
+    pub grow: Option<u64>,
 }
 
 impl Dirty {
@@ -94,11 +99,12 @@ impl Dirty {
             ahead: Vec::new(),
             written_ahead: false,
             truncate_pending: false,
+            grow: None,
         }
     }
 
     pub fn is_clean(&self) -> bool {
-        self.extents.is_empty()
+        self.extents.is_empty() && self.grow.is_none()
     }
 
     /// Cuts `[start, end)` out of the extents, keeping what lies outside it.
@@ -229,7 +235,7 @@ impl Dirty {
     /// Everything with a tag at or below this is on the backing store (or superseded by a
     /// newer write that is still dirty): what a DONE record may claim.
     pub fn done_upto(&self) -> u64 {
-        match self.extents.values().map(|e| e.seq).min() {
+        match self.extents.values().map(|e| e.seq).chain(self.grow).min() {
             Some(m) => m - 1,
             None => self.max_seq,
         }

@@ -103,8 +103,13 @@ impl<S: Store> Fs<S> {
             return Ok(None);
         };
         // No backing handle: writes go to the journal, and a read that needs the store
-        // waits for the object there (`Namespace::node`).
-        let fh = self.data.add_open_file(inode, None, flags)?;
+        // waits for the object there (`Namespace::node`). The handle opened on first need
+        // (a read once the data is flushed, a seek, a truncate through it) must not
+        // truncate the file the flush wrote: `File::create`'s O_TRUNC is for the new file,
+        // which was empty.
+        let fh = self
+            .data
+            .add_open_file(inode, None, flags & !libc::O_TRUNC)?;
         // Its close sends no FLUSH: one FUSE request less per created file (an untar's
         // close). All such a close could do is report a flush error found while the file was
         // open, which is rare (its data waits for its create) and stays pending for fsync or
@@ -294,7 +299,7 @@ impl<S: Store> Fs<S> {
             && i.file.as_ref().is_some_and(|st| !st.flushing.load(Acquire))
     }
 
-    /// [`Fs::setattr`] of a provisional object (not a size change but to zero): deferred
+    /// [`Fs::setattr`] of a provisional object (not a size change but to zero or longer): deferred
     /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
         let wb = self.wb()?;
@@ -306,6 +311,16 @@ impl<S: Store> Fs<S> {
             // (`writeback::ns_truncate`): the rest of the change as any other.
             Some(0) if is_provisional(i.id()) => {
                 let a = wb.truncate_deferred(&i)?;
+                self.ns.listed_changed(&i);
+                set.size = None;
+                if set == SetAttr::default() {
+                    return Some(Ok(self.shown(ino, self.ns.with_ino(&i, a))));
+                }
+            }
+            // An extending `ftruncate` of a new file (a linker sizing its output:
+            // `writeback::ns_truncate`).
+            Some(n) if is_provisional(i.id()) => {
+                let a = wb.grow_deferred(&i, n)?;
                 self.ns.listed_changed(&i);
                 set.size = None;
                 if set == SetAttr::default() {

@@ -189,6 +189,9 @@ impl<S: Store> Writeback<S> {
             self.ns.meta.put_attr(&a, Instant::now());
             self.truncate_applied(&st, &a);
         }
+        if st.dirty.lock().as_ref().is_some_and(|d| d.grow.is_some()) {
+            self.flush_grow(&st, &node, &h)?;
+        }
         // Written before the file was published (`ns_replace`): on the store already, in the
         // version it was published with (blocks and fingerprint left: a truncate since may
         // have made another).
@@ -331,6 +334,48 @@ impl<S: Store> Writeback<S> {
         }
         self.settle_clean(i);
         Ok(true)
+    }
+
+    /// A deferred extending truncate of a new file (`ns_truncate`): the store file gets the
+    /// size the application gave it, before the data is written into it (so its holes stay
+    /// holes). Its zeros are then cached as after a truncate done on the store, when the file
+    /// was empty there, and the runs written next patch them.
+    fn flush_grow(
+        &self,
+        st: &crate::file_state::FileState,
+        node: &crate::shared::Node<S>,
+        h: &crate::shared::Handle<S>,
+    ) -> Result<()> {
+        let _w = st.rw.write();
+        let Some((seq, size, ahead)) = st
+            .dirty
+            .lock()
+            .as_ref()
+            .and_then(|d| Some((d.grow?, d.size, d.written_ahead)))
+        else {
+            return Ok(());
+        };
+        let old_size = st.version().fp.size;
+        let set = SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        let a = {
+            let _own = st.own_change();
+            self.sh.store.setattr(node, Some(h), &set)?
+        };
+        self.ns.meta.put_attr(&a, Instant::now());
+        st.invalidate(Some(&a));
+        if old_size == 0 && !ahead && a.size == size {
+            self.data.cache_zeros(st.version().gen, size);
+        }
+        if let Some(d) = st.dirty.lock().as_mut() {
+            d.base = Some(a.fingerprint());
+            if d.grow == Some(seq) {
+                d.grow = None;
+            }
+        }
+        Ok(())
     }
 
     /// What a run written to the store leaves, under the file's lock, briefly. A fetch that

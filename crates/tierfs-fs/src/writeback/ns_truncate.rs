@@ -1,8 +1,9 @@
-//! A deferred truncate to zero (see `ns`) of a file write-back made and has not published
-//! yet: an `open(O_TRUNC)` or `ftruncate(fd, 0)` of a file written moments before (a build
-//! step writing its output twice, `std::fs::write` over a new file, a log rotated at once).
-//! It used to wait for every deferred operation before it, the file's create on the store
-//! and its data's flush, then truncate the store file.
+//! Deferred truncates (see `ns`) of a file write-back made and has not published yet.
+//!
+//! **To zero:** an `open(O_TRUNC)` or `ftruncate(fd, 0)` of a file written moments before (a
+//! build step writing its output twice, `std::fs::write` over a new file, a log rotated at
+//! once). It used to wait for every deferred operation before it, the file's create on the
+//! store and its data's flush, then truncate the store file.
 //!
 //! None of such a file's data is on the store: the data flushers leave a file alone until
 //! the namespace flusher publishes it (after its create is applied and no job of it is
@@ -13,19 +14,32 @@
 //! the file shows size 0 at once. The store gets the create and what was written after the
 //! truncate, nothing else.
 //!
-//! Kept narrow: size 0 only (a shorter or longer size would need a record of its own for
+//! **Longer:** an `ftruncate` that extends such a file. A linker (`lld`, `mold`) sizes its
+//! new output so, then writes it through mmap: in a `cargo build` over sshfs each waited for
+//! the file's create and everything queued before it (20 waits, 2.5 s). The file's dirty
+//! state takes the new size (reads see zeros past the data, as they would on the store) and
+//! a *grow* (`Dirty::grow`); the journal gets an empty DATA record at the new size, which
+//! replay applies by extending the file to it (never shortening it). Its data flush, after
+//! the file is published, sets the store file's size first, then writes the data: the holes
+//! stay holes (`SEEK_DATA` finds what a local filesystem finds), and the zeros are cached as
+//! the flush after a store truncate caches them (`Objects::cache_zeros`).
+//!
+//! Kept narrow: size 0 or longer (a shorter nonzero size would need a record of its own for
 //! replay), of a regular file with one name whose create the store has not refused, and none
 //! of whose data a replace wrote ahead (`ns_replace`: then the store has some of it).
 //! Any other truncate of a new file is done on the store once the file's own operations are
 //! there (`settle_for_truncate`): not after everything deferred before it, which on a slow
 //! store was seconds of other files' creates.
 
+use super::write::now_ns;
 use super::Writeback;
+use crate::dirty::Dirty;
 use crate::inode::Inode;
 use crate::namespace::is_provisional;
 use crate::shared::St;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
+use tierfs_cache::journal::FileRef;
 use tierfs_store::{Attr, FileKind, Result, Store, TimeSpec};
 
 impl<S: Store> Writeback<S> {
@@ -84,6 +98,84 @@ impl<S: Store> Writeback<S> {
         attr
     }
 
+    /// Extends provisional file `inode` to `size` without the store (see the module
+    /// comment): its attributes then. None: not such a file, a shorter size, or the journal
+    /// could not take the record (the truncate is then done on the store, after its own
+    /// operations: [`Writeback::settle_for_truncate`]). No I/O: called on the dispatching
+    /// thread.
+    pub(crate) fn grow_deferred(&self, inode: &Arc<Inode<St<S>>>, size: u64) -> Option<Attr> {
+        let id = inode.id();
+        if !self.defers_namespace() || !is_provisional(id) || inode.kind != FileKind::File {
+            return None;
+        }
+        let st = inode.file.as_ref()?;
+        if self.ns.prov.alias(id).is_some() || self.ns.prov.failure(id).is_some() {
+            return None;
+        }
+        let path = self.backing_path(inode)?;
+        // Under the queue's lock the flusher cannot publish it (see the module comment).
+        let q = self.nsq.q.lock();
+        if !is_provisional(inode.id()) {
+            return None;
+        }
+        let shown = self.ns.prov.attr(id)?.size;
+        let _w = st.rw.write();
+        let mut g = st.dirty.lock();
+        let now_size = g.as_ref().map_or(shown, |d| d.size);
+        if size < now_size || g.as_ref().is_some_and(|d| d.written_ahead) {
+            return None;
+        }
+        let created = g.is_none();
+        let d = g.get_or_insert_with(|| {
+            let v = st.version();
+            let mut d = Dirty::new(now_size, path);
+            d.base = Some(v.fp);
+            d
+        });
+        let file = FileRef {
+            dev: st.journal_key.0,
+            ino: st.journal_key.1,
+            path: d.path.clone(),
+        };
+        let seq = match self.journal.append_data(&file, size, &[]) {
+            Ok(seq) => seq,
+            Err(e) => {
+                tracing::debug!("write-back journal: {e}: the truncate is done on the store");
+                if created {
+                    *g = None;
+                }
+                return None;
+            }
+        };
+        d.size = size;
+        d.grow.get_or_insert(seq);
+        d.max_seq = d.max_seq.max(seq);
+        d.mtime_ns = now_ns();
+        d.last_write = std::time::Instant::now();
+        st.has_dirty.store(true, Release);
+        if created
+            && self
+                .files
+                .lock()
+                .insert(st.journal_key, inode.clone())
+                .is_none()
+        {
+            // (No flusher to wake: the file is theirs once it is published.)
+            self.c.dirty_files.fetch_add(1, Relaxed);
+        }
+        drop(g);
+        drop(_w);
+        let now = TimeSpec::now();
+        let attr = self.ns.prov.update_attr(id, |a| {
+            a.size = size;
+            a.mtime = now;
+            a.ctime = now;
+        });
+        drop(q);
+        self.c.ns_truncated.fetch_add(1, Relaxed);
+        attr
+    }
+
     /// Before a truncate of provisional file `inode` done on the store (one
     /// [`Writeback::truncate_deferred`] declined): the operations it depends on are there.
     /// Those are the file's own (its create, and what is queued of it after): a truncate
@@ -103,4 +195,22 @@ impl<S: Store> Writeback<S> {
         self.drain_ns_to(upto.unwrap_or(id.1).max(id.1))?;
         self.sync_deferred()
     }
+}
+
+/// Replays a deferred extending truncate (its empty DATA record at `size`): the file open as
+/// `h` grows to `size` bytes if it is shorter, and is never cut.
+pub(super) fn replay_grow<S: Store>(
+    store: &St<S>,
+    node: &crate::shared::Node<S>,
+    h: &crate::shared::Handle<S>,
+    size: u64,
+) -> Result<()> {
+    if store.fstat(h)?.size < size {
+        let set = tierfs_store::SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        store.setattr(node, Some(h), &set)?;
+    }
+    Ok(())
 }

@@ -204,17 +204,20 @@ fn replay_pending<S: Store>(
             }
             r => r,
         }
-        .and_then(|node| store.open(&node, libc::O_WRONLY));
+        .and_then(|node| Ok((store.open(&node, libc::O_WRONLY)?, node)));
         let mut upto = 0;
         match target {
-            Ok(h) => {
+            Ok((h, node)) => {
                 for w in &writes {
                     let data = journal
                         .read_pending(w)
                         .map_err(|e| format!("write-back journal: {e}"))?;
-                    store.write(&h, w.offset, &data).map_err(|e| {
-                        format!("replaying the write-back journal into {shown}: {e}")
-                    })?;
+                    let r = if data.is_empty() && w.offset > 0 {
+                        super::ns_truncate::replay_grow(store, &node, &h, w.offset)
+                    } else {
+                        store.write(&h, w.offset, &data).map(|_| ())
+                    };
+                    r.map_err(|e| format!("replaying the write-back journal into {shown}: {e}"))?;
                     c.replayed_writes.fetch_add(1, Relaxed);
                     c.replayed_bytes.fetch_add(data.len() as u64, Relaxed);
                     upto = upto.max(w.seq);

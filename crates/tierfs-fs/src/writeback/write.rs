@@ -15,7 +15,7 @@ use tierfs_store::{Attr, Errno, Result, Store, TimeSpec};
 /// The longest a writer above `dirty_soft` is slowed per write (reached at `dirty_hard`).
 const MAX_THROTTLE: Duration = Duration::from_millis(20);
 
-fn now_ns() -> i64 {
+pub(super) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
@@ -361,7 +361,13 @@ impl<S: Store> Writeback<S> {
                 .lock()
                 .as_ref()
                 .and_then(|d| d.take_run(from, self.cfg.chunk as usize));
-            let Some(run) = run else { return Ok(()) };
+            let Some(run) = run else {
+                // All of it taken: a grow not applied (`ns_truncate`) goes with it.
+                if let Some(d) = st.dirty.lock().as_mut() {
+                    d.grow = None;
+                }
+                return Ok(());
+            };
             each(&run)?;
             self.account_flushed(st, &run);
             from = run.offset + run.len;
