@@ -43,18 +43,27 @@ use tierfs_cache::journal::FileRef;
 use tierfs_store::{Attr, FileKind, Result, Store, TimeSpec};
 
 impl<S: Store> Writeback<S> {
-    /// Truncates provisional file `inode` to zero bytes without the store (see the module
-    /// comment): its attributes then. None: not such a file, or the journal could not take
-    /// the DROP (the truncate is then done on the store, after [`Writeback::drain_ns`]).
-    pub(crate) fn truncate_deferred(&self, inode: &Arc<Inode<St<S>>>) -> Option<Attr> {
+    /// `inode` as a file whose truncate may be deferred: a regular file write-back made, with
+    /// one name, whose create the store has not refused (its identity and state).
+    fn unpublished_file<'a>(
+        &self,
+        inode: &'a Arc<Inode<St<S>>>,
+    ) -> Option<(crate::identity::Ident, &'a crate::file_state::FileState)> {
         let id = inode.id();
         if !self.defers_namespace() || !is_provisional(id) || inode.kind != FileKind::File {
             return None;
         }
-        let st = inode.file.as_ref()?;
         if self.ns.prov.alias(id).is_some() || self.ns.prov.failure(id).is_some() {
             return None;
         }
+        Some((id, inode.file.as_deref()?))
+    }
+
+    /// Truncates provisional file `inode` to zero bytes without the store (see the module
+    /// comment): its attributes then. None: not such a file, or the journal could not take
+    /// the DROP (the truncate is then done on the store, after [`Writeback::drain_ns`]).
+    pub(crate) fn truncate_deferred(&self, inode: &Arc<Inode<St<S>>>) -> Option<Attr> {
+        let (id, st) = self.unpublished_file(inode)?;
         // Under the queue's lock the flusher cannot publish it (see the module comment).
         let q = self.nsq.q.lock();
         if !is_provisional(inode.id()) {
@@ -104,14 +113,7 @@ impl<S: Store> Writeback<S> {
     /// operations: [`Writeback::settle_for_truncate`]). No I/O: called on the dispatching
     /// thread.
     pub(crate) fn grow_deferred(&self, inode: &Arc<Inode<St<S>>>, size: u64) -> Option<Attr> {
-        let id = inode.id();
-        if !self.defers_namespace() || !is_provisional(id) || inode.kind != FileKind::File {
-            return None;
-        }
-        let st = inode.file.as_ref()?;
-        if self.ns.prov.alias(id).is_some() || self.ns.prov.failure(id).is_some() {
-            return None;
-        }
+        let (id, st) = self.unpublished_file(inode)?;
         let path = self.backing_path(inode)?;
         // Under the queue's lock the flusher cannot publish it (see the module comment).
         let q = self.nsq.q.lock();
