@@ -373,12 +373,7 @@ impl<S: Store> Objects<S> {
                     FsStats::add(&self.sh.stats.version_changes, 1);
                 }
             }
-            (Ok(a), Some(size)) => {
-                st.invalidate(Some(a));
-                if old_size == 0 && a.size == size {
-                    self.cache_zeros(st.version().gen, size);
-                }
-            }
+            (Ok(a), Some(size)) => self.resized(st, old_size, a, size),
             (Err(_), _) => st.invalidate(None),
         }
         Ok(self.ns.with_ino(&i, attr?))

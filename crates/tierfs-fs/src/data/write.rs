@@ -134,6 +134,23 @@ impl<S: Store> Objects<S> {
         }
     }
 
+    /// The store set `st`'s file to `size` bytes (it was `old_size`), answering `a`: the
+    /// cached blocks go with the old version, and an empty file extended so has its zeros
+    /// cached (`cache_zeros`). Shared by a truncate done on the store and write-back's
+    /// deferred one (`writeback::ns_truncate`).
+    pub(crate) fn resized(
+        &self,
+        st: &crate::file_state::FileState,
+        old_size: u64,
+        a: &tierfs_store::Attr,
+        size: u64,
+    ) {
+        st.invalidate(Some(a));
+        if old_size == 0 && a.size == size {
+            self.cache_zeros(st.version().gen, size);
+        }
+    }
+
     /// An empty file just extended to `size` by a truncate (generation `gen`): it reads as
     /// zeros, so its blocks are cached as zeros (slices of one shared zero block: no memory
     /// per block) instead of fetched from the store at the first read. Linkers (`lld`,

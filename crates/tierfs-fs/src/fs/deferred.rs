@@ -299,7 +299,8 @@ impl<S: Store> Fs<S> {
             && i.file.as_ref().is_some_and(|st| !st.flushing.load(Acquire))
     }
 
-    /// [`Fs::setattr`] of a provisional object (not a size change but to zero or longer): deferred
+    /// [`Fs::setattr`] of a provisional object (not a size change but to zero or longer):
+    /// deferred
     /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
         let wb = self.wb()?;

@@ -272,8 +272,8 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Makes a provisional object (see `provisional`): `parent/name`, of `kind` (a symlink
-    /// to `target`, a device of number `rdev`), identified by the seq of the journal record that created it, with its
-    /// owner and mode as the store would give them. The kernel learns it (one lookup).
+    /// to `target`, a device of number `rdev`), identified by the seq of the journal record
+    /// that created it, with its owner and mode as the store would give them. The kernel learns it (one lookup).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_provisional(
         &self,

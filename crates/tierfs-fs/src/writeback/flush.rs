@@ -365,9 +365,11 @@ impl<S: Store> Writeback<S> {
             self.sh.store.setattr(node, Some(h), &set)?
         };
         self.ns.meta.put_attr(&a, Instant::now());
-        st.invalidate(Some(&a));
-        if old_size == 0 && !ahead && a.size == size {
-            self.data.cache_zeros(st.version().gen, size);
+        if ahead {
+            // The store has some of the data already: no zeros to cache.
+            st.invalidate(Some(&a));
+        } else {
+            self.data.resized(st, old_size, &a, size);
         }
         if let Some(d) = st.dirty.lock().as_mut() {
             d.base = Some(a.fingerprint());
