@@ -16,7 +16,10 @@ Measured, each after `drop_caches`:
 - warm sequential read: each mount unmounted and mounted again on its cache;
 - `grep -r` over a tree of small objects, after a first pass and a remount;
 - a write of --s3-write-size + fsync through each mount (`dd conv=fsync`), and whether the
-  object is whole on the server the moment dd returns.
+  object is whole on the server the moment dd returns;
+- 1,000 small objects read by 8 readers, cold, warm and after a remount, with tierfs's store
+  requests per open, and the latency of one HEAD against one LIST of their prefix
+  (bench/lib/s3small.py, issue 42 point 3).
 """
 import hashlib
 import os
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 
 import benchcore as R
+import s3small
 from benchcore import Bench, BenchError, Result, log, run
 
 ACCESS, SECRET = "tierfs", "tierfs-secret"
@@ -244,8 +248,10 @@ def wl_s3(b: Bench) -> Result:
     for i in range(GREP_FILES):
         text = " ".join(rnd.choice(words) for _ in range(rnd.randint(200, 3000)))
         put_file(env.objects / f"tree/d{i % 40:02}/f{i:05}.txt", text.encode())
+    s3small.put_small(put_file, env.objects)
     env.start(args.s3_delay_us)
     env.warm_server()
+    latency = s3small.head_and_list(env.endpoint, ACCESS, SECRET, BUCKET, PREFIX)
     emulation = (f"versitygw v1.7.0 (POSIX backend) on loopback behind tierfs-netdelay adding "
                  f"{args.s3_delay_us / 1000:g} ms each way ({2 * args.s3_delay_us / 1000:g} ms "
                  f"round trip, no bandwidth cap); server files in its page cache")
@@ -276,6 +282,7 @@ def wl_s3(b: Bench) -> Result:
 
     results = {}
     stats = {}
+    small = {}
     for kind in ("tierfs", "rclone"):
         m = Mount(b, env, kind)
         b.cleanup_hooks.append((f"unmount {kind}", m.unmount))
@@ -285,6 +292,8 @@ def wl_s3(b: Bench) -> Result:
                                     "fresh mount, empty cache")
         t = timed(["grep", "-rc", "needle0", "tree"], 900, cwd=m.mnt, ok=(0, 1))
         results[kind, "grep_cold"] = row("grep -r, cold", kind, t)
+        for phase in ("cold", "warm"):
+            small[kind, phase] = s3small.read_small(m, env, phase)
         if kind == "rclone":
             # rclone uploads and caches in the background: let it settle before remounting.
             time.sleep(5)
@@ -294,6 +303,7 @@ def wl_s3(b: Bench) -> Result:
                                     read_seconds(m.mnt / "big.bin", size), size)
         t = timed(["grep", "-rc", "needle0", "tree"], 900, cwd=m.mnt, ok=(0, 1))
         results[kind, "grep_warm"] = row("grep -r after remount", kind, t)
+        small[kind, "remount"] = s3small.read_small(m, env, "remount")
         stats[kind, "read"] = m.stats()
         # The write: dd from /dev/shm with fsync, then at once: is it whole on the server?
         src = shm / "w.src"
@@ -351,6 +361,9 @@ def wl_s3(b: Bench) -> Result:
           "--vfs-cache-max-size 100G --dir-cache-time 1h`. Plain client: `rclone copyto "
           "--multi-thread-streams 8 --multi-thread-cutoff 1M` (parallel ranged GETs) and "
           "`rclone cat` (one GET).", ""]
+    L += s3small.markdown(small, latency, emulation,
+                          "rclone mount :s3,...:data/pre MNT --vfs-cache-mode full "
+                          "--vfs-cache-max-size 100G --dir-cache-time 1h")
     res = Result()
     res.markdown = "\n".join(L)
     res.console = "\n".join(L[:len(rows) + 8] + [f"{k}: {v:.2f}x" for k, v in ratios])
@@ -370,6 +383,10 @@ def wl_s3(b: Bench) -> Result:
                 {"label": "rclone cold", "value": results["rclone", "grep_cold"]},
                 {"label": "tierfs remount", "value": results["tierfs", "grep_warm"]},
                 {"label": "rclone remount", "value": results["rclone", "grep_warm"]}]},
+            {"title": f"{s3small.SMALL_FILES:,} small objects, 8 readers", "unit": "files/s",
+             "bars": [{"label": f"{k} {ph}", "value": small[k, ph]["rate"]}
+                      for k in ("tierfs", "rclone") for ph in ("cold", "warm", "remount")
+                      if (k, ph) in small]},
             {"title": f"write {R.human(wsize)} + fsync", "unit": "MB/s", "bars": [
                 {"label": "tierfs", "value": results["tierfs", "write"]},
                 {"label": "rclone" + ("" if results["rclone", "write_whole"] else

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import metabench
 import s3bench
 import ssd
 import writerun
@@ -28,11 +29,20 @@ def workload(name: str, description: str):
 
 
 @workload("s3", "tierfs over a real S3 server (versitygw) with added latency: cold and warm "
-                "sequential reads, grep -r after a remount and a write + fsync, against a "
-                "plain parallel ranged-GET client and rclone mount (S3 backend); "
-                "bench/lib/s3bench.py")
+                "sequential reads, grep -r after a remount, a write + fsync and 1,000 small "
+                "objects by 8 readers (with HEAD against LIST latency), against a plain "
+                "parallel ranged-GET client and rclone mount (S3 backend); "
+                "bench/lib/s3bench.py, s3small.py")
 def wl_s3(b: Bench) -> Result:
     return s3bench.wl_s3(b)
+
+
+@workload("meta", "metadata and small files over a latency-bound store (issue 42): sshfs "
+                  "alone, tierfs over sshfs and over sftp:// (default options and "
+                  "meta.ttl=5m,meta.cto=off), rclone mount :sftp:, one sshd behind a 4 ms "
+                  "round trip; bench/lib/metabench.py")
+def wl_meta(b: Bench) -> Result:
+    return metabench.wl_meta(b)
 
 
 @workload("seqread", "sequential read of one large file: slow store direct, tierfs cold, "
@@ -188,13 +198,19 @@ def default_size(args) -> str:
         return WRITE_QUICK_SIZE if args.quick else WRITE_DEFAULT_SIZE
     if args.workload == "ssd" and args.quick:
         return "1G"
+    if args.workload == "meta":
+        return "128M" if args.quick else "1G"
     return DEFAULT_SIZE
 
 
 def report_paths(args, started: datetime.datetime):
     RESULTS.mkdir(parents=True, exist_ok=True)
     base = f"{started:%Y-%m-%d}-{args.workload}-{args.profile}"
-    if args.size != default_size(args):
+    if args.workload == "meta":
+        # <date>-<commit>-meta, as the suite's reports are named by commit
+        commit = run(["git", "rev-parse", "HEAD"], 30, check=False, cwd=ROOT).stdout.strip()
+        base = f"{started:%Y-%m-%d}-{commit[:10] or 'unknown'}-meta"
+    elif args.size != default_size(args):
         base += f"-{args.size}"
     if getattr(args, "quick", False):
         base += "-quick"
@@ -215,7 +231,10 @@ def report_header(b: Bench, machine: dict, started: datetime.datetime, title: st
              f"{loadavg()} (other processes competing for the CPUs skew FUSE timings)")
     L.append(f"- command: `bench/run {shlex.join(sys.argv[1:])}`")
     L.append(f"- workload: {WORKLOADS[args.workload][1]}")
-    L.append(f"- slow store emulation (tierfs-slowfs): `{b.emulation or 'not mounted'}`")
+    if args.workload == "meta":
+        L.append(f"- store: **{b.emulation}**")
+    else:
+        L.append(f"- slow store emulation (tierfs-slowfs): `{b.emulation or 'not mounted'}`")
     L.append(f"- tierfs binary: `{TIERFS_BIN}`")
     return L
 
@@ -231,8 +250,10 @@ def write_custom_report(b: Bench, res: Result, machine: dict,
         have_png = p.returncode == 0 and png.exists()
         if not have_png:
             log(f"plot failed: {(p.stderr or '').strip()[-500:]}")
-    title = (f"{b.args.workload} on slowfs `{b.args.profile}`" if b.args.profile != "s3" else
-             "tierfs over an S3 server with added latency")
+    title = {"s3": "tierfs over an S3 server with added latency",
+             "ssh": "Metadata and small files over ssh: sshfs, tierfs (sshfs, sftp://), rclone "
+                    "sftp (issue 42)"}.get(b.args.profile,
+                                           f"{b.args.workload} on slowfs `{b.args.profile}`")
     L = report_header(b, machine, started, title)
     L.append("")
     body = res.markdown or ""

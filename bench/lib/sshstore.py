@@ -16,9 +16,11 @@ so the store is bounded by the link, the delay and ssh, not by the local disk.
 
 SshfsStore.setup() builds it all (idempotent; leftovers of an interrupted run are removed
 first), teardown() removes it all (sshfs unmounted lazily, sshfs / relay / sshd and whatever
-runs in the namespace killed, the namespace deleted); every external command runs under a
-timeout. stats() gives the relay's byte counters in slowfs's key names (bytes_read: server to
-client, bytes_written: client to server; ssh stream bytes, protocol overhead included).
+runs in the namespace killed, the namespace deleted); a `Site` gives a store names and
+addresses of its own, so a second one can be up next to bench/sshfs-store's (`bench/run
+--workload meta` uses one); every external command runs under a timeout. stats() gives the
+relay's byte counters in slowfs's key names (bytes_read: server to client, bytes_written:
+client to server; ssh stream bytes, protocol overhead included).
 """
 import json
 import os
@@ -29,6 +31,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Optional
@@ -46,6 +49,24 @@ DEFAULT_DELAY_US = 2000
 NETDELAY_BIN = R.TARGET / "tierfs-netdelay"
 DIR = R.WORK / "sshfs"
 MNT = R.WORK / "mnt-sshfs"
+
+
+@dataclass(frozen=True)
+class Site:
+    """The names and addresses one store uses: its namespace, veth pair, subnet, key
+    directory and sshfs mountpoint. Two stores with different sites can be up at once (a
+    hand-measurement store of bench/sshfs-store and a bench run), and each one's cleanup
+    finds only its own leftovers."""
+    netns: str = NETNS
+    veth_host: str = VETH_HOST
+    veth_ns: str = VETH_NS
+    host_ip: str = HOST_IP
+    ns_ip: str = NS_IP
+    dir: Path = DIR
+    mnt: Path = MNT
+
+
+SITE = Site()
 TOOLS = [("sshfs", "sshfs"), ("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"),
          ("ssh-keygen", "openssh-client"), ("ip", "iproute2"), ("tc", "iproute2")]
 
@@ -58,28 +79,29 @@ def free_port() -> int:
     return port
 
 
-def netns_exists() -> bool:
+def netns_exists(netns: str = NETNS) -> bool:
     p = R.run(["ip", "netns", "list"], 30, check=False)
-    return any(line.split()[:1] == [NETNS] for line in (p.stdout or "").splitlines())
+    return any(line.split()[:1] == [netns] for line in (p.stdout or "").splitlines())
 
 
-def netns_pids() -> list:
-    if not netns_exists():
+def netns_pids(netns: str = NETNS) -> list:
+    if not netns_exists(netns):
         return []
-    p = R.run(["ip", "netns", "pids", NETNS], 30, check=False)
+    p = R.run(["ip", "netns", "pids", netns], 30, check=False)
     return [int(x) for x in (p.stdout or "").split() if x.isdigit()]
 
 
-def leftovers() -> list:
+def leftovers(site: Site = SITE) -> list:
     """What of this profile is still there (for the suite's teardown check): the namespace,
     the host's veth end, processes in the namespace, relays, sshfs / ssh clients of ours."""
     out = []
-    if netns_exists():
-        out.append(f"network namespace {NETNS}")
-        out += [f"{pid}: in netns {NETNS}: {cmdline(pid)[:160]}" for pid in netns_pids()]
-    if Path(f"/sys/class/net/{VETH_HOST}").exists():
-        out.append(f"network interface {VETH_HOST}")
-    for pid in procs_matching():
+    if netns_exists(site.netns):
+        out.append(f"network namespace {site.netns}")
+        out += [f"{pid}: in netns {site.netns}: {cmdline(pid)[:160]}"
+                for pid in netns_pids(site.netns)]
+    if Path(f"/sys/class/net/{site.veth_host}").exists():
+        out.append(f"network interface {site.veth_host}")
+    for pid in procs_matching(site):
         out.append(f"{pid}: {cmdline(pid)[:160]}")
     return out
 
@@ -92,16 +114,17 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def procs_matching() -> list:
-    """Relays (tierfs-netdelay to our sshd), sshfs on our mountpoint, ssh with our key."""
+def procs_matching(site: Site = SITE) -> list:
+    """Relays (tierfs-netdelay to our sshd), sshfs on our mountpoint, ssh with our key (or
+    our ssh_config: the sftp store's)."""
     me, out = os.getpid(), []
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
         c = cmdline(int(d))
-        if ("tierfs-netdelay" in c and f"{NS_IP}:22" in c) or \
-                (c.startswith("sshfs") and str(MNT) in c) or \
-                (c.startswith("ssh ") and str(DIR) in c):
+        if ("tierfs-netdelay" in c and f"{site.ns_ip}:22" in c) or \
+                (c.startswith("sshfs") and str(site.mnt) in c) or \
+                (c.startswith("ssh ") and str(site.dir) in c):
             try:
                 if ") Z" in open(f"/proc/{d}/stat").read():
                     continue
@@ -139,8 +162,9 @@ def stop_proc(p: Optional[subprocess.Popen], timeout: float = 10) -> None:
 
 
 class SshfsStore:
-    def __init__(self, b, delay_us: int = DEFAULT_DELAY_US):
+    def __init__(self, b, delay_us: int = DEFAULT_DELAY_US, site: Site = SITE):
         self.b = b
+        self.site = site
         self.delay_us = delay_us
         self.port = 0
         self.stats_port = 0
@@ -151,9 +175,9 @@ class SshfsStore:
         self.measured: dict = {}      # rtt / bulk measurements of the first setup
         self.versions: dict = {}
         self.mounts = 0
-        self.key = DIR / "client_key"
-        self.host_key = DIR / "host_key"
-        self.conf = DIR / "sshd_config"
+        self.key = site.dir / "client_key"
+        self.host_key = site.dir / "host_key"
+        self.conf = site.dir / "sshd_config"
         self.up = False
 
     # -- pieces ------------------------------------------------------------------------------
@@ -164,36 +188,36 @@ class SshfsStore:
 
     def clean_stale(self) -> None:
         """Leftovers of an interrupted earlier run: the mount, our processes, the namespace."""
-        if R.is_mounted(MNT):
-            R.log(f"stale sshfs mount {MNT}: unmounting")
-            R.run(["fusermount3", "-uz", MNT], 30, check=False)
-        stale = procs_matching() + netns_pids()
+        if R.is_mounted(self.site.mnt):
+            R.log(f"stale sshfs mount {self.site.mnt}: unmounting")
+            R.run(["fusermount3", "-uz", self.site.mnt], 30, check=False)
+        stale = procs_matching(self.site) + netns_pids(self.site.netns)
         if stale:
             R.log(f"sshfs store: killing leftovers of an earlier run: {stale}")
             kill_pids(stale, "leftover")
-        if netns_exists():
-            R.run(["ip", "netns", "del", NETNS], 30, check=False)
-        if Path(f"/sys/class/net/{VETH_HOST}").exists():
-            R.run(["ip", "link", "del", VETH_HOST], 30, check=False)
+        if netns_exists(self.site.netns):
+            R.run(["ip", "netns", "del", self.site.netns], 30, check=False)
+        if Path(f"/sys/class/net/{self.site.veth_host}").exists():
+            R.run(["ip", "link", "del", self.site.veth_host], 30, check=False)
 
     def keys(self) -> None:
-        DIR.mkdir(parents=True, exist_ok=True)
+        self.site.dir.mkdir(parents=True, exist_ok=True)
         for k in (self.host_key, self.key):
             if not k.exists() or not k.with_name(k.name + ".pub").exists():
                 for f in (k, k.with_name(k.name + ".pub")):
                     f.unlink(missing_ok=True)
                 self.sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
                          f"tierfs-bench {k.name}", "-f", k])
-        (DIR / "authorized_keys").write_text(
+        (self.site.dir / "authorized_keys").write_text(
             self.key.with_name(self.key.name + ".pub").read_text())
-        os.chmod(DIR / "authorized_keys", 0o600)
+        os.chmod(self.site.dir / "authorized_keys", 0o600)
         self.conf.write_text("\n".join([
             "# generated by bench/lib/sshstore.py: the sshfs profile's server",
-            f"ListenAddress {NS_IP}",
+            f"ListenAddress {self.site.ns_ip}",
             "Port 22",
             f"HostKey {self.host_key}",
-            f"PidFile {DIR / 'sshd.pid'}",
-            f"AuthorizedKeysFile {DIR / 'authorized_keys'}",
+            f"PidFile {self.site.dir / 'sshd.pid'}",
+            f"AuthorizedKeysFile {self.site.dir / 'authorized_keys'}",
             "PermitRootLogin prohibit-password",
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
@@ -212,16 +236,17 @@ class SshfsStore:
         self.sh(["/usr/sbin/sshd", "-t", "-f", self.conf])
 
     def network(self) -> None:
-        self.sh(["ip", "netns", "add", NETNS])
-        self.sh(["ip", "link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NS,
-                 "netns", NETNS])
-        self.sh(["ip", "addr", "add", f"{HOST_IP}/24", "dev", VETH_HOST])
-        self.sh(["ip", "link", "set", VETH_HOST, "up"])
-        self.sh(["ip", "-n", NETNS, "addr", "add", f"{NS_IP}/24", "dev", VETH_NS])
-        self.sh(["ip", "-n", NETNS, "link", "set", VETH_NS, "up"])
-        self.sh(["ip", "-n", NETNS, "link", "set", "lo", "up"])
-        self.sh(["tc", "qdisc", "replace", "dev", VETH_HOST, "root", *TBF])
-        self.sh(["tc", "-n", NETNS, "qdisc", "replace", "dev", VETH_NS, "root", *TBF])
+        s = self.site
+        self.sh(["ip", "netns", "add", s.netns])
+        self.sh(["ip", "link", "add", s.veth_host, "type", "veth", "peer", "name", s.veth_ns,
+                 "netns", s.netns])
+        self.sh(["ip", "addr", "add", f"{s.host_ip}/24", "dev", s.veth_host])
+        self.sh(["ip", "link", "set", s.veth_host, "up"])
+        self.sh(["ip", "-n", s.netns, "addr", "add", f"{s.ns_ip}/24", "dev", s.veth_ns])
+        self.sh(["ip", "-n", s.netns, "link", "set", s.veth_ns, "up"])
+        self.sh(["ip", "-n", s.netns, "link", "set", "lo", "up"])
+        self.sh(["tc", "qdisc", "replace", "dev", s.veth_host, "root", *TBF])
+        self.sh(["tc", "-n", s.netns, "qdisc", "replace", "dev", s.veth_ns, "root", *TBF])
 
     def daemon(self, cmd, log_name: str) -> subprocess.Popen:
         self.cmds.append(shlex.join(str(c) for c in cmd))
@@ -255,26 +280,26 @@ class SshfsStore:
         # Default sshfs options, as a user mounts it; -f keeps it in the foreground (a child
         # of ours, to be stopped by pid); the -o options only make the login non-interactive.
         return ["sshfs", "-f", "-p", str(self.port), f"root@127.0.0.1:{self.b.backing}",
-                str(MNT), "-o", f"IdentityFile={self.key},StrictHostKeyChecking=no,"
+                str(self.site.mnt), "-o", f"IdentityFile={self.key},StrictHostKeyChecking=no,"
                 "UserKnownHostsFile=/dev/null,BatchMode=yes"]
 
     # -- sshfs mount -------------------------------------------------------------------------
 
     def mount(self) -> float:
-        MNT.mkdir(parents=True, exist_ok=True)
+        self.site.mnt.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.sshfs = self.daemon(self.sshfs_cmd(), "sshfs.log")
-        R.wait_mounted(MNT, 30, lambda: self.sshfs.poll() is None)
+        R.wait_mounted(self.site.mnt, 30, lambda: self.sshfs.poll() is None)
         # The mount appears before sshfs's first reply: wait until the root answers.
-        R.run(["stat", "-f", MNT], 30)
+        R.run(["stat", "-f", self.site.mnt], 30)
         self.mounts += 1
         return time.monotonic() - t0
 
     def unmount(self) -> None:
-        if R.is_mounted(MNT):
-            p = R.run(["fusermount3", "-u", MNT], 30, check=False)
-            if p.returncode != 0 or R.is_mounted(MNT):
-                R.run(["fusermount3", "-uz", MNT], 30, check=False)
+        if R.is_mounted(self.site.mnt):
+            p = R.run(["fusermount3", "-u", self.site.mnt], 30, check=False)
+            if p.returncode != 0 or R.is_mounted(self.site.mnt):
+                R.run(["fusermount3", "-uz", self.site.mnt], 30, check=False)
         stop_proc(self.sshfs)
         self.sshfs = None
 
@@ -287,7 +312,8 @@ class SshfsStore:
 
     def setup(self) -> None:
         if self.up:
-            if self.sshfs is None or self.sshfs.poll() is not None or not R.is_mounted(MNT):
+            if self.sshfs is None or self.sshfs.poll() is not None or \
+                    not R.is_mounted(self.site.mnt):
                 raise R.BenchError("the sshfs store went away (sshfs exited); see "
                                    f"{self.b.logs / 'sshfs.log'}")
             return
@@ -297,12 +323,13 @@ class SshfsStore:
         self.up = True  # from here on teardown() has something to do
         self.keys()
         self.network()
-        self.sshd = self.daemon(["ip", "netns", "exec", NETNS, "/usr/sbin/sshd", "-D", "-e",
-                                 "-f", self.conf], "sshd.log")
-        self.wait_port(NS_IP, 22, self.sshd, "sshd")
+        self.sshd = self.daemon(["ip", "netns", "exec", self.site.netns, "/usr/sbin/sshd",
+                                 "-D", "-e", "-f", self.conf], "sshd.log")
+        self.wait_port(self.site.ns_ip, 22, self.sshd, "sshd")
         self.port, self.stats_port = free_port(), free_port()
         self.relay = self.daemon([NETDELAY_BIN, "--listen", f"127.0.0.1:{self.port}",
-                                  "--connect", f"{NS_IP}:22", "--delay-us", str(self.delay_us),
+                                  "--connect", f"{self.site.ns_ip}:22",
+                                  "--delay-us", str(self.delay_us),
                                   "--stats", f"127.0.0.1:{self.stats_port}"], "netdelay.log")
         self.wait_port("127.0.0.1", self.port, self.relay, "tierfs-netdelay")
         self.wait_port("127.0.0.1", self.stats_port, self.relay, "tierfs-netdelay stats")
@@ -313,9 +340,9 @@ class SshfsStore:
 
     def teardown(self) -> None:
         """Everything down; idempotent, safe on a half-built setup."""
-        if R.is_mounted(MNT) or self.sshfs is not None:
+        if R.is_mounted(self.site.mnt) or self.sshfs is not None:
             try:
-                R.run(["fusermount3", "-uz", MNT], 30, check=False)
+                R.run(["fusermount3", "-uz", self.site.mnt], 30, check=False)
             finally:
                 stop_proc(self.sshfs)
                 self.sshfs = None
@@ -323,13 +350,13 @@ class SshfsStore:
         self.relay = None
         stop_proc(self.sshd)
         self.sshd = None
-        left = procs_matching() + netns_pids()
+        left = procs_matching(self.site) + netns_pids(self.site.netns)
         if left:
             kill_pids(left, "sshfs/ssh/relay/netns process")
-        if netns_exists():
-            R.run(["ip", "netns", "del", NETNS], 30, check=False)
-        if Path(f"/sys/class/net/{VETH_HOST}").exists():
-            R.run(["ip", "link", "del", VETH_HOST], 30, check=False)
+        if netns_exists(self.site.netns):
+            R.run(["ip", "netns", "del", self.site.netns], 30, check=False)
+        if Path(f"/sys/class/net/{self.site.veth_host}").exists():
+            R.run(["ip", "link", "del", self.site.veth_host], 30, check=False)
         self.up = False
 
     # -- counters, description ---------------------------------------------------------------
@@ -385,7 +412,7 @@ class SshfsStore:
 
         return (f"ssh round trip (a byte echoed by `cat` on the server, median of "
                 f"{m.get('rtt_n', '?')}): through the relay **{f('rtt_relay_ms')} ms** (min "
-                f"{f('rtt_relay_min_ms')}), straight to {NS_IP}:22 without the relay "
+                f"{f('rtt_relay_min_ms')}), straight to {self.site.ns_ip}:22 without the relay "
                 f"{f('rtt_direct_ms')} ms; bulk over ssh (`ssh ... cat FILE > /dev/null`, "
                 f"{R.human(m.get('bulk_bytes', 0))}, file in the server's page cache): through "
                 f"the relay **{f('ssh_relay_mbps', '.0f')} MB/s**, without it "
@@ -424,13 +451,13 @@ class SshfsStore:
     def measure(self) -> None:
         m = self.measured
         rel = self.echo_rtt(self.port, "127.0.0.1")
-        direct = self.echo_rtt(22, NS_IP)
+        direct = self.echo_rtt(22, self.site.ns_ip)
         m.update(rtt_n=len(rel), rtt_relay_ms=median(rel), rtt_relay_min_ms=min(rel),
                  rtt_direct_ms=median(direct))
         f = self.b.test_file("sshfs-link-256M.bin", 256 << 20)
         m["bulk_bytes"] = f.stat().st_size
         for key, port, host in (("ssh_relay_mbps", self.port, "127.0.0.1"),
-                                ("ssh_direct_mbps", 22, NS_IP)):
+                                ("ssh_direct_mbps", 22, self.site.ns_ip)):
             R.drop_caches()
             self.b.warm_backing([f])
             cmd = self.ssh_base(port, host) + [f"cat {shlex.quote(str(f))}"]
@@ -442,7 +469,7 @@ class SshfsStore:
         try:
             R.drop_caches()
             self.b.warm_backing([f])
-            cmd = ["dd", f"if={MNT / f.name}", "of=/dev/null", "bs=1M"]
+            cmd = ["dd", f"if={self.site.mnt / f.name}", "of=/dev/null", "bs=1M"]
             self.cmds.append(shlex.join(cmd))
             t0 = time.monotonic()
             R.run(cmd, 300)

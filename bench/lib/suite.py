@@ -463,6 +463,7 @@ class Suite:
                 if shutil.which("perf") else "not installed"
 
     def run(self) -> None:
+        import suiteworkloads
         import workloads as W
         self.raise_nofile()
         R.ensure_tools(need_fio=True, extra=[("bindfs", "bindfs"), ("rclone", "rclone"),
@@ -473,7 +474,7 @@ class Suite:
         self.collect_versions()
         for wl, prof in self.jobs:
             self.switch_profile(prof)
-            fn, title = W.WORKLOADS[wl]
+            fn, title = suiteworkloads.WORKLOADS[wl]
             sec = Section(wl, prof, title)
             sec.emulation = self.b.emulation
             if prof == "sshfs" and self.store is not None:
@@ -515,6 +516,7 @@ def slow_delta(s0, s1) -> dict:
 
 def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
     import single  # the single-workload reports' names, for the error message
+    import suiteworkloads
     import workloads as W
     profs = [p.strip() for p in profiles.split(",")] if profiles else None
     for p in profs or []:
@@ -531,9 +533,9 @@ def parse_jobs(names: list, profiles: Optional[str], quick: bool) -> list:
         return jobs
     for n in names:
         w, _, p = n.partition("@")
-        if w not in W.WORKLOADS:
+        if w not in suiteworkloads.WORKLOADS:
             raise R.BenchError(f"unknown workload {w!r} (suite workloads: "
-                               f"{', '.join(W.WORKLOADS)}; legacy: --workload "
+                               f"{', '.join(suiteworkloads.WORKLOADS)}; legacy: --workload "
                                f"{'|'.join(sorted(single.WORKLOADS))})")
         for prof in ([p] if p else (profs or ["hdd"])):
             if prof not in PROFILES + ["none"]:

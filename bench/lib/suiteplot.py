@@ -7,7 +7,8 @@ PANEL kinds:
    "log": bool}                        grouped bars, one group per category, one bar per series
   {"kind": "lines", "title", "unit", "x": [num|str], "xlabel", "series": [{"name", "values"}]}
   {"kind": "xy", "title", "unit", "xlabel", "series": [{"name", "x": [num], "y": [num]}]}
-None values are left out. Series named after a contender get that contender's colour.
+None values are left out. Series named after a contender get that contender's colour (a bars
+series may give its own: "color").
 Exit status 0 when the PNG was written.
 """
 
@@ -38,7 +39,7 @@ def bars(ax, p):
         if not pts:
             continue
         rects = ax.bar([x for x, _ in pts], [v for _, v in pts], width=w, label=s["name"],
-                       color=color(s["name"], i))
+                       color=s.get("color") or color(s["name"], i))
         for r, (_, v) in zip(rects, pts):
             txt = f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
             ax.annotate(txt, (r.get_x() + r.get_width() / 2, r.get_height()), ha="center",

@@ -1306,15 +1306,6 @@ WORKLOADS = {
                             "and du -s, cold, warm, after drop_caches"),
 }
 
-# Workloads of their own module (imported here, at the end: they use the helpers above).
-import gitbench  # noqa: E402
-
-WORKLOADS["git"] = (gitbench.wl_git, "git add and git commit of many small new files "
-                                     "(issue 15): loose objects linked into place")
-import rsyncbench  # noqa: E402
-
-WORKLOADS["rsync"] = (rsyncbench.wl_rsync, "rsync -a of a changed tree over an older copy "
-                                           "(issue 15): files renamed over the store's")
 # The default job list (no WORKLOAD named); dirstat, git and rsync run when named (e.g.
 # dirstat@sshfs, git@nfs-lan, rsync@sshfs).
 ORDER = ["md5", "grep", "fio", "write", "mixed", "memory", "concurrency"]

@@ -1,10 +1,11 @@
-//! The store a mount serves: a mounted directory (PosixStore) or an S3 bucket (S3Store), as
-//! one type, so the daemon, its control socket and its metrics are built once. Each call goes
+//! The store a mount serves: a mounted directory (PosixStore), an S3 bucket (S3Store) or a
+//! directory on an sftp server (SftpStore), as one type, so the daemon, its control socket and its metrics are built once. Each call goes
 //! to the store the mount was made with; a node or handle of the other kind cannot arise (a
 //! mount has one store), and would be EIO.
 
 use std::ffi::{OsStr, OsString};
 use tierfs_s3::{S3Handle, S3Node, S3Store};
+use tierfs_sftp::{SftpHandle, SftpNode, SftpStore};
 use tierfs_store::{
     Attr, DirEntry, Errno, Identity, Owner, PosixHandle, PosixNode, PosixStore, Reconnect, Result,
     SetAttr, StatFs, Store,
@@ -13,17 +14,20 @@ use tierfs_store::{
 pub enum AnyStore {
     Posix(PosixStore),
     S3(Box<S3Store>),
+    Sftp(Box<SftpStore>),
 }
 
 #[derive(Clone)]
 pub enum AnyNode {
     Posix(PosixNode),
     S3(S3Node),
+    Sftp(SftpNode),
 }
 
 pub enum AnyHandle {
     Posix(PosixHandle),
     S3(S3Handle),
+    Sftp(SftpHandle),
 }
 
 impl AnyStore {
@@ -32,6 +36,10 @@ impl AnyStore {
         match self {
             AnyStore::Posix(s) => s.identity_reason().to_string(),
             AnyStore::S3(_) => "an S3 bucket: objects are known by their keys".into(),
+            AnyStore::Sftp(_) => {
+                "an sftp server: sftp v3 gives no inode numbers; objects are known by their paths"
+                    .into()
+            }
         }
     }
 }
@@ -42,6 +50,7 @@ macro_rules! on_node {
         match ($self, $node) {
             (AnyStore::Posix($s), AnyNode::Posix($n)) => $body,
             (AnyStore::S3($s), AnyNode::S3($n)) => $body,
+            (AnyStore::Sftp($s), AnyNode::Sftp($n)) => $body,
             _ => Err(Errno::EIO),
         }
     };
@@ -52,6 +61,7 @@ macro_rules! on_handle {
         match ($self, $h) {
             (AnyStore::Posix($s), AnyHandle::Posix($n)) => $body,
             (AnyStore::S3($s), AnyHandle::S3($n)) => $body,
+            (AnyStore::Sftp($s), AnyHandle::Sftp($n)) => $body,
             _ => Err(Errno::EIO),
         }
     };
@@ -65,6 +75,10 @@ fn s3_node(r: Result<(S3Node, Attr)>) -> Result<(AnyNode, Attr)> {
     r.map(|(n, a)| (AnyNode::S3(n), a))
 }
 
+fn sftp_node(r: Result<(SftpNode, Attr)>) -> Result<(AnyNode, Attr)> {
+    r.map(|(n, a)| (AnyNode::Sftp(n), a))
+}
+
 impl Store for AnyStore {
     type Node = AnyNode;
     type Handle = AnyHandle;
@@ -73,30 +87,35 @@ impl Store for AnyStore {
         match self {
             AnyStore::Posix(s) => s.store_id(),
             AnyStore::S3(s) => s.store_id(),
+            AnyStore::Sftp(s) => s.store_id(),
         }
     }
     fn identity(&self) -> Identity {
         match self {
             AnyStore::Posix(s) => s.identity(),
             AnyStore::S3(s) => s.identity(),
+            AnyStore::Sftp(s) => s.identity(),
         }
     }
     fn root(&self) -> Result<(AnyNode, Attr)> {
         match self {
             AnyStore::Posix(s) => posix_node(s.root()),
             AnyStore::S3(s) => s3_node(s.root()),
+            AnyStore::Sftp(s) => sftp_node(s.root()),
         }
     }
     fn reconnect(&self) -> Result<Reconnect> {
         match self {
             AnyStore::Posix(s) => s.reconnect(),
             AnyStore::S3(s) => s.reconnect(),
+            AnyStore::Sftp(s) => s.reconnect(),
         }
     }
     fn lookup(&self, parent: &AnyNode, name: &OsStr) -> Result<(AnyNode, Attr)> {
         match (self, parent) {
             (AnyStore::Posix(s), AnyNode::Posix(p)) => posix_node(s.lookup(p, name)),
             (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.lookup(p, name)),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => sftp_node(s.lookup(p, name)),
             _ => Err(Errno::EIO),
         }
     }
@@ -107,6 +126,7 @@ impl Store for AnyStore {
         match (self, node) {
             (AnyStore::Posix(s), AnyNode::Posix(n)) => s.revalidate(n),
             (AnyStore::S3(s), AnyNode::S3(n)) => s.revalidate(n),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n)) => s.revalidate(n),
             _ => Some(Err(Errno::EIO)),
         }
     }
@@ -118,6 +138,10 @@ impl Store for AnyStore {
             }
             (AnyStore::S3(s), AnyNode::S3(n), None) => s.setattr(n, None, set),
             (AnyStore::S3(s), AnyNode::S3(n), Some(AnyHandle::S3(h))) => s.setattr(n, Some(h), set),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n), None) => s.setattr(n, None, set),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n), Some(AnyHandle::Sftp(h))) => {
+                s.setattr(n, Some(h), set)
+            }
             _ => Err(Errno::EIO),
         }
     }
@@ -137,6 +161,7 @@ impl Store for AnyStore {
                 posix_node(s.mknod(p, name, mode, rdev, owner))
             }
             (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.mknod(p, name, mode, rdev, owner)),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => sftp_node(s.mknod(p, name, mode, rdev, owner)),
             _ => Err(Errno::EIO),
         }
     }
@@ -150,6 +175,7 @@ impl Store for AnyStore {
         match (self, parent) {
             (AnyStore::Posix(s), AnyNode::Posix(p)) => posix_node(s.mkdir(p, name, mode, owner)),
             (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.mkdir(p, name, mode, owner)),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => sftp_node(s.mkdir(p, name, mode, owner)),
             _ => Err(Errno::EIO),
         }
     }
@@ -165,6 +191,7 @@ impl Store for AnyStore {
                 posix_node(s.symlink(p, name, target, owner))
             }
             (AnyStore::S3(s), AnyNode::S3(p)) => s3_node(s.symlink(p, name, target, owner)),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => sftp_node(s.symlink(p, name, target, owner)),
             _ => Err(Errno::EIO),
         }
     }
@@ -172,6 +199,7 @@ impl Store for AnyStore {
         match (self, node, newparent) {
             (AnyStore::Posix(s), AnyNode::Posix(n), AnyNode::Posix(p)) => s.link(n, p, newname),
             (AnyStore::S3(s), AnyNode::S3(n), AnyNode::S3(p)) => s.link(n, p, newname),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n), AnyNode::Sftp(p)) => s.link(n, p, newname),
             _ => Err(Errno::EIO),
         }
     }
@@ -196,13 +224,39 @@ impl Store for AnyStore {
             (AnyStore::S3(s), AnyNode::S3(p), AnyNode::S3(q)) => {
                 s.rename(p, name, q, newname, flags)
             }
+            (AnyStore::Sftp(s), AnyNode::Sftp(p), AnyNode::Sftp(q)) => {
+                s.rename(p, name, q, newname, flags)
+            }
             _ => Err(Errno::EIO),
+        }
+    }
+    fn open_child(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        flags: i32,
+    ) -> Option<Result<tierfs_store::Opened<AnyNode, AnyHandle>>> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => Some(
+                s.open_child(p, name, flags)?
+                    .map(|(n, a, h)| (AnyNode::Posix(n), a, AnyHandle::Posix(h))),
+            ),
+            (AnyStore::S3(s), AnyNode::S3(p)) => Some(
+                s.open_child(p, name, flags)?
+                    .map(|(n, a, h)| (AnyNode::S3(n), a, AnyHandle::S3(h))),
+            ),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => Some(
+                s.open_child(p, name, flags)?
+                    .map(|(n, a, h)| (AnyNode::Sftp(n), a, AnyHandle::Sftp(h))),
+            ),
+            _ => Some(Err(Errno::EIO)),
         }
     }
     fn open(&self, node: &AnyNode, flags: i32) -> Result<AnyHandle> {
         match (self, node) {
             (AnyStore::Posix(s), AnyNode::Posix(n)) => s.open(n, flags).map(AnyHandle::Posix),
             (AnyStore::S3(s), AnyNode::S3(n)) => s.open(n, flags).map(AnyHandle::S3),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n)) => s.open(n, flags).map(AnyHandle::Sftp),
             _ => Err(Errno::EIO),
         }
     }
@@ -221,6 +275,9 @@ impl Store for AnyStore {
             (AnyStore::S3(s), AnyNode::S3(p)) => s
                 .create(p, name, mode, flags, owner)
                 .map(|(n, a, h)| (AnyNode::S3(n), a, AnyHandle::S3(h))),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => s
+                .create(p, name, mode, flags, owner)
+                .map(|(n, a, h)| (AnyNode::Sftp(n), a, AnyHandle::Sftp(h))),
             _ => Err(Errno::EIO),
         }
     }
@@ -255,6 +312,7 @@ impl Store for AnyStore {
     ) -> Option<AnyNode> {
         match (self, parent) {
             (AnyStore::S3(s), AnyNode::S3(p)) => s.child_node(p, name, kind).map(AnyNode::S3),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => s.child_node(p, name, kind).map(AnyNode::Sftp),
             _ => None,
         }
     }
@@ -262,10 +320,32 @@ impl Store for AnyStore {
         on_handle!(self, handle, |s, h| s.close(h))
     }
     fn publishes_at_sync(&self) -> bool {
-        matches!(self, AnyStore::S3(_))
+        match self {
+            AnyStore::Posix(s) => s.publishes_at_sync(),
+            AnyStore::S3(s) => s.publishes_at_sync(),
+            AnyStore::Sftp(s) => s.publishes_at_sync(),
+        }
+    }
+    fn may_hang(&self) -> bool {
+        match self {
+            AnyStore::Posix(s) => s.may_hang(),
+            AnyStore::S3(s) => s.may_hang(),
+            AnyStore::Sftp(s) => s.may_hang(),
+        }
+    }
+    fn max_file_size(&self) -> u64 {
+        match self {
+            AnyStore::Posix(s) => s.max_file_size(),
+            AnyStore::S3(s) => s.max_file_size(),
+            AnyStore::Sftp(s) => s.max_file_size(),
+        }
     }
     fn dirs_track_names(&self) -> bool {
-        !matches!(self, AnyStore::S3(_))
+        match self {
+            AnyStore::Posix(s) => s.dirs_track_names(),
+            AnyStore::S3(s) => s.dirs_track_names(),
+            AnyStore::Sftp(s) => s.dirs_track_names(),
+        }
     }
     fn open_based(
         &self,
@@ -278,6 +358,9 @@ impl Store for AnyStore {
                 s.open_based(n, flags, base).map(AnyHandle::Posix)
             }
             (AnyStore::S3(s), AnyNode::S3(n)) => s.open_based(n, flags, base).map(AnyHandle::S3),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n)) => {
+                s.open_based(n, flags, base).map(AnyHandle::Sftp)
+            }
             _ => Err(Errno::EIO),
         }
     }
@@ -305,6 +388,9 @@ impl Store for AnyStore {
             (AnyStore::S3(s), AnyHandle::S3(f), AnyHandle::S3(t)) => {
                 s.copy_range(f, off_in, t, off_out, len)
             }
+            (AnyStore::Sftp(s), AnyHandle::Sftp(f), AnyHandle::Sftp(t)) => {
+                s.copy_range(f, off_in, t, off_out, len)
+            }
             _ => Err(Errno::EIO),
         }
     }
@@ -318,12 +404,21 @@ impl Store for AnyStore {
         match self {
             AnyStore::Posix(s) => s.names_list_cheaper(),
             AnyStore::S3(s) => s.names_list_cheaper(),
+            AnyStore::Sftp(s) => s.names_list_cheaper(),
+        }
+    }
+    fn listing_carries_attrs(&self) -> bool {
+        match self {
+            AnyStore::Posix(s) => s.listing_carries_attrs(),
+            AnyStore::S3(s) => s.listing_carries_attrs(),
+            AnyStore::Sftp(s) => s.listing_carries_attrs(),
         }
     }
     fn stat_names(&self, node: &AnyNode, names: &[OsString]) -> Vec<Option<Attr>> {
         match (self, node) {
             (AnyStore::Posix(s), AnyNode::Posix(n)) => s.stat_names(n, names),
             (AnyStore::S3(s), AnyNode::S3(n)) => s.stat_names(n, names),
+            (AnyStore::Sftp(s), AnyNode::Sftp(n)) => s.stat_names(n, names),
             _ => vec![None; names.len()],
         }
     }
@@ -332,6 +427,19 @@ impl Store for AnyStore {
     }
     fn getxattr(&self, node: &AnyNode, name: &OsStr) -> Result<Vec<u8>> {
         on_node!(self, node, |s, n| s.getxattr(n, name))
+    }
+    fn getxattr_at(
+        &self,
+        parent: &AnyNode,
+        name: &OsStr,
+        xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        match (self, parent) {
+            (AnyStore::Posix(s), AnyNode::Posix(p)) => s.getxattr_at(p, name, xname),
+            (AnyStore::S3(s), AnyNode::S3(p)) => s.getxattr_at(p, name, xname),
+            (AnyStore::Sftp(s), AnyNode::Sftp(p)) => s.getxattr_at(p, name, xname),
+            _ => Some(Err(Errno::EIO)),
+        }
     }
     fn setxattr(&self, node: &AnyNode, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         on_node!(self, node, |s, n| s.setxattr(n, name, value, flags))

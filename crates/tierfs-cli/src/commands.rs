@@ -24,7 +24,12 @@ impl Daemon {
             return error("empty request");
         };
         let r = match cmd.as_str() {
-            "stats" => serde_json::to_value(self.fs.stats()).map_err(|e| e.to_string()),
+            "stats" => serde_json::to_value(self.fs.stats())
+                .map(|mut v| {
+                    crate::store_open::add_store_stats(&mut v);
+                    v
+                })
+                .map_err(|e| e.to_string()),
             "get" => self.tunables.get(args),
             // `tierfs unmount`: every dirty byte to the store, then the answer (no timeout:
             // the client waits as long as the drain takes, showing progress from `stats`).

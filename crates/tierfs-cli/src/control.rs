@@ -36,8 +36,22 @@ pub fn runtime_dir() -> PathBuf {
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("tierfs"),
-        _ => PathBuf::from(format!("/tmp/tierfs-{}", unsafe { libc::geteuid() })),
+        // Without one (a cron job, a service without a session): under the home directory
+        // if it is ours, which no other user can plant first, as one could a name in /tmp
+        // (there `check_registry` refuses what someone else made).
+        _ => match std::env::var_os("HOME").map(PathBuf::from) {
+            Some(h) if is_own_dir(&h) => h.join(".local/state/tierfs"),
+            _ => PathBuf::from(format!("/tmp/tierfs-{}", unsafe { libc::geteuid() })),
+        },
     }
+}
+
+/// A directory of the calling user's (not `/`, not someone else's home inherited by `su`).
+fn is_own_dir(d: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    d.is_absolute()
+        && d != Path::new("/")
+        && std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == unsafe { libc::geteuid() })
 }
 
 /// The registry's directories must be ours: without `XDG_RUNTIME_DIR` it lives in `/tmp`,
@@ -83,6 +97,13 @@ pub fn register(dev: &str, socket: &Path) -> Result<PathBuf> {
 
 /// Finds the control socket of the tierfs mount at `mountpoint`.
 pub fn socket_for_mount(mountpoint: &Path) -> Result<PathBuf> {
+    if crate::dead_mount::is_dead(mountpoint) {
+        bail!(
+            "{}: the tierfs daemon of this mount is gone (killed?); `tierfs unmount {}` detaches the dead mount",
+            mountpoint.display(),
+            mountpoint.display()
+        );
+    }
     let canon = mountpoint
         .canonicalize()
         .with_context(|| format!("mountpoint {}", mountpoint.display()))?;

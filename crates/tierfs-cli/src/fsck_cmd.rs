@@ -19,6 +19,15 @@ use tierfs_cache::{Journal, JournalReport, JournalState};
 /// Pending journal writes listed by path, at most.
 const SHOW_PENDING: usize = 5;
 
+/// ", and N more" after the first [`SHOW_PENDING`] of `total` names, or nothing.
+fn and_more(total: usize) -> String {
+    if total > SHOW_PENDING {
+        format!(", and {} more", total - SHOW_PENDING)
+    } else {
+        String::new()
+    }
+}
+
 /// Takes the cache directory's lock, which a mount holds for its whole life.
 fn lock(dir: &Path) -> Result<File> {
     let path = dir.join("lock");
@@ -213,6 +222,12 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                     for f in files.iter().take(SHOW_PENDING) {
                         println!("journal:   {}", String::from_utf8_lossy(f));
                     }
+                    if files.len() > SHOW_PENDING {
+                        println!(
+                            "journal:  {}",
+                            and_more(files.len()).trim_start_matches(',')
+                        );
+                    }
                 }
                 for d in j.damage.iter().filter(|d| !d.harmless) {
                     let what = match (&d.file, d.range) {
@@ -242,7 +257,9 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                     files.sort_unstable();
                     files.dedup();
                     problems.push(format!(
-                        "journal: {} pending writes to {} file(s) will not be replayed (damage may                          hide a newer write of each): the next mount leaves these files as the                          store has them and saves the writes under {}: {}",
+                        "journal: {} pending writes to {} file(s) will not be replayed (damage may hide a newer \
+                         write of each): the next mount leaves these files as the store has them \
+                         and saves the writes under {}: {}{}",
                         j.lost.len(),
                         files.len(),
                         j.dir.join("lost").display(),
@@ -251,7 +268,8 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
                             .take(SHOW_PENDING)
                             .map(|f| String::from_utf8_lossy(f))
                             .collect::<Vec<_>>()
-                            .join(", ")
+                            .join(", "),
+                        and_more(files.len())
                     ));
                 }
                 if let Some((path, off, why)) = &j.torn_tail {
@@ -265,17 +283,30 @@ fn report(ssd: Option<&SsdReport>, journal: Option<&JournalReport>) -> usize {
         },
     }
     if let Some(j) = journal {
-        for r in &j.lost_reports {
-            let first = std::fs::read_to_string(r).unwrap_or_default();
-            let file = first
-                .lines()
-                .find_map(|l| l.strip_prefix("file: "))
-                .unwrap_or("(journal damage)");
-            problems.push(format!(
-                "journal: data that could not be written to the store was saved by a mount: {}                  ({}; delete the report and its data file once dealt with)",
-                file,
+        // Data a mount set aside (write-back could not apply it, or journal damage hid a
+        // newer write): the cache dir is not damaged by it, so it is no problem of the cache
+        // (fsck stays clean), but the user must hear of it at every fsck until they dealt
+        // with it. Each report says why in its own words.
+        for r in j.lost_reports.iter().take(SHOW_PENDING) {
+            let text = std::fs::read_to_string(r).unwrap_or_default();
+            let field = |k: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(str::to_string)
+            };
+            println!(
+                "kept: {}: {} (report {}; delete it and its data once dealt with)",
+                field("file: ").unwrap_or_else(|| "(unknown file)".into()),
+                field("why: ").unwrap_or_else(|| "(no reason recorded)".into()),
                 r.display()
-            ));
+            );
+        }
+        if j.lost_reports.len() > SHOW_PENDING {
+            println!(
+                "kept:{} in {}",
+                and_more(j.lost_reports.len()),
+                j.dir.join("lost").display()
+            );
         }
     }
     for p in &problems {

@@ -4,8 +4,12 @@ mod any_store;
 mod cache_cmd;
 mod commands;
 mod config;
+mod config_keys;
+mod config_sftp;
+mod config_units;
 mod control;
 mod ctl_cmd;
+mod dead_mount;
 mod exit_watch;
 mod fsck_cmd;
 mod metrics;
@@ -13,6 +17,7 @@ mod mount_cmd;
 mod progress;
 mod runtime;
 mod stats_cmd;
+mod store_open;
 mod unmount_cmd;
 mod warm_cmd;
 
@@ -33,8 +38,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Mount BACKING (any directory: local, NFS, SMB, sshfs; or s3://BUCKET[/PREFIX]) at
-    /// MOUNTPOINT through the cache.
+    /// Mount BACKING (any directory: local, NFS, SMB, sshfs; or s3://BUCKET[/PREFIX]; or
+    /// sftp://[USER@]HOST[:PORT]/PATH, through the system's ssh) at MOUNTPOINT through the
+    /// cache.
     Mount {
         backing: PathBuf,
         mountpoint: PathBuf,
@@ -68,10 +74,11 @@ enum Cmd {
         #[arg(long)]
         region: Option<String>,
     },
-    /// Print the counters of a running mount.
     /// Write every dirty byte to the store (with progress), then unmount and wait for the
-    /// daemon to exit. (`umount` returns before write-back has drained.)
+    /// daemon to exit. (`umount` returns before write-back has drained.) A mount whose
+    /// daemon died is detached.
     Unmount { mountpoint: PathBuf },
+    /// Print the counters of a running mount.
     Stats {
         mountpoint: PathBuf,
         /// Every counter as JSON (hit ratios included)

@@ -61,7 +61,7 @@ pub fn render(stats: &Value) -> String {
                 continue;
             }
             Value::Bool(b) => ("gauge", metric_name(path), u8::from(*b).to_string()),
-            Value::Number(n) if GAUGES.contains(&path.as_str()) => {
+            Value::Number(n) if GAUGES.contains(&path.as_str()) || path == "sftp.in_flight" => {
                 ("gauge", metric_name(path), n.to_string())
             }
             Value::Number(n) => ("counter", metric_name(path) + "_total", n.to_string()),
@@ -113,7 +113,10 @@ fn respond(rq: tiny_http::Request, fs: &Fs<AnyStore>) -> std::io::Result<()> {
     match path {
         "/metrics" => {
             let body = serde_json::to_value(fs.stats())
-                .map(|v| render(&v))
+                .map(|mut v| {
+                    crate::store_open::add_store_stats(&mut v);
+                    render(&v)
+                })
                 .unwrap_or_else(|e| format!("# stats: {e}\n"));
             rq.respond(text(body, "text/plain; version=0.0.4; charset=utf-8", 200))
         }

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tierfs_store::{PosixStore, Store};
+use tierfs_store::Store;
 
 pub struct MountArgs {
     pub backing: PathBuf,
@@ -92,8 +92,43 @@ fn check_nesting(backing: &Path, mountpoint: &Path, cache_dir: &Path) -> Result<
     Ok(())
 }
 
+/// Names a tierfs cache dir holds from its first mount on (`lock` at least).
+const CACHE_DIR_MARKS: [&str; 4] = ["lock", "ssd", "journal", "tierfs.log"];
+
+/// The cache dir must be tierfs's alone: a regular file, or an existing directory with
+/// other things in it and nothing of a cache dir (a typo naming a home or a data tree), is
+/// refused before anything is written there or its mode tightened.
+fn check_cache_dir_is_ours(dir: &Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => bail!("cache dir {} is a file, not a directory", dir.display()),
+        Ok(_) => {}
+        // Missing (made next), or unreachable: creating it says why.
+        Err(_) => return Ok(()),
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let mut other = None;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if CACHE_DIR_MARKS.iter().any(|m| name == *m) {
+            return Ok(());
+        }
+        other.get_or_insert(name);
+    }
+    match other {
+        None => Ok(()),
+        Some(name) => bail!(
+            "cache dir {} is not empty and is no tierfs cache dir (it holds {:?}, and no `lock` or `ssd`): give a new or empty directory",
+            dir.display(),
+            name
+        ),
+    }
+}
+
 /// Creates the cache dir, checks it is writable, and locks it for this mount.
 fn prepare_cache_dir(dir: &Path) -> Result<File> {
+    check_cache_dir_is_ours(dir)?;
     tierfs_cache::private::create(dir).with_context(|| format!("cache dir {}", dir.display()))?;
     // Before anything is written or tightened there: a cache dir another user controls
     // could redirect what the (root) daemon writes, or read what it caches.
@@ -141,40 +176,22 @@ fn prepare_cache_dir(dir: &Path) -> Result<File> {
     Ok(lock)
 }
 
-/// The store BACKING names: an `s3://` URL (`s3_url`) or a directory.
-fn open_store(args: &MountArgs, s3_url: Option<&str>) -> Result<AnyStore> {
-    if let Some(url) = s3_url {
-        let cfg = tierfs_s3::S3Config::resolve(
-            url,
-            args.config.s3_endpoint.clone(),
-            args.config.s3_region.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!(e))?;
-        let s3 = tierfs_s3::S3Store::open(cfg).map_err(|e| anyhow::anyhow!(e))?;
-        return Ok(AnyStore::S3(Box::new(s3)));
-    }
-    let store = PosixStore::open_with(&args.backing, args.config.store_identity)?;
-    store.set_stat_concurrency(args.config.store_stat_concurrency);
-    let why = store.set_names_first(args.config.store_names_first);
-    let _ = LISTINGS_WHY.set(why);
-    Ok(AnyStore::Posix(store))
-}
-
-/// Why directories are listed as they are (`store.names_first`), decided when the store is
-/// opened, for the log once it is set up.
-static LISTINGS_WHY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
 pub fn run(mut args: MountArgs) -> Result<()> {
     // Before any thread exists: one malloc arena, so that memory the RAM tier frees is
     // reused and its size bounds the daemon's (see `one_malloc_arena`).
     tierfs_fs::one_malloc_arena();
     // Everything that can be checked is checked before detaching.
-    let s3_url = args
+    // A URL (s3://, sftp://) names a store that is no local directory.
+    let url = args
         .backing
         .to_str()
-        .filter(|b| b.starts_with("s3://"))
+        .filter(|b| b.starts_with("s3://") || b.starts_with("sftp://"))
         .map(str::to_string);
-    let store = open_store(&args, s3_url.as_deref())?;
+    let store = crate::store_open::open_store(&args.backing, url.as_deref(), &args.config)?;
+    if crate::dead_mount::is_dead(&args.mountpoint) {
+        crate::dead_mount::detach(&args.mountpoint)?;
+        eprintln!("{}", crate::dead_mount::detached_note(&args.mountpoint));
+    }
     let mountpoint = args
         .mountpoint
         .canonicalize()
@@ -196,7 +213,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     // from another directory must find it (a relative `--cache-dir c` was registered as `c`).
     let cache_dir = std::path::absolute(&cache_dir)
         .with_context(|| format!("cache dir {}", cache_dir.display()))?;
-    if s3_url.is_none() {
+    if url.is_none() {
         check_nesting(&args.backing, &mountpoint, &cache_dir)?;
     }
     let lock = prepare_cache_dir(&cache_dir)?;
@@ -227,9 +244,10 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     }
     let mut config = args.config;
     if config.fuse.fsname == "tierfs" {
-        config.fuse.fsname = match &s3_url {
-            Some(url) => url.clone(),
-            None => args.backing.canonicalize()?.to_string_lossy().into_owned(),
+        config.fuse.fsname = match (&store, &url) {
+            (AnyStore::Sftp(s), _) => s.config().url.display(),
+            (_, Some(url)) => url.clone(),
+            (_, None) => args.backing.canonicalize()?.to_string_lossy().into_owned(),
         };
     }
 
@@ -408,7 +426,7 @@ fn serve(
     // Everything that can fail is done before mounting (a failure after it would leave a dead
     // mount behind, e.g. a cache dir path too long for a unix socket) and reported through
     // `ready`, so the parent prints it as its one line.
-    if let Some(why) = LISTINGS_WHY.get() {
+    if let Some(why) = crate::store_open::LISTINGS_WHY.get() {
         tracing::info!(
             "directory listings: {} ({why})",
             if tierfs_store::Store::names_list_cheaper(&store) {
@@ -435,6 +453,18 @@ fn serve(
             c.endpoint.as_deref().unwrap_or("AWS"),
             c.region,
             c.credentials.source
+        );
+    }
+    if let AnyStore::Sftp(s) = &store {
+        let c = s.config();
+        tracing::info!(
+            "sftp store: {} (directory {} on the server) through {}{}, requests time out after {:?}, at most {} in flight",
+            c.url.display(),
+            s.root_path().display(),
+            c.ssh,
+            c.ssh_config.as_ref().map_or(String::new(), |f| format!(" -F {f}")),
+            c.timeout,
+            c.max_in_flight
         );
     }
     let setup = (|| -> Result<_> {

@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 /// How often the plain mode prints a line.
 const PLAIN_EVERY: Duration = Duration::from_secs(1);
+/// No progress for this long is a stall: said as such, with no rate or ETA (a store that
+/// stopped answering showed "0 B/s ETA 0s", as if done).
+const STALLED: Duration = Duration::from_secs(3);
+
+const TEMPLATE: &str =
+    "{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {msg} {binary_bytes_per_sec} ETA {eta}";
+const TEMPLATE_STALLED: &str =
+    "{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {msg}";
 
 pub struct Progress {
     what: &'static str,
@@ -18,6 +26,9 @@ pub struct Progress {
     total_files: u64,
     bytes: u64,
     total_bytes: u64,
+    /// When `files` or `bytes` last moved, and whether the bar shows the stalled style.
+    moved: Instant,
+    shows_stalled: bool,
 }
 
 impl Progress {
@@ -29,11 +40,9 @@ impl Progress {
                 ProgressDrawTarget::stderr_with_hz(4),
             );
             b.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {msg} {binary_bytes_per_sec} ETA {eta}",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
+                ProgressStyle::with_template(TEMPLATE)
+                    .expect("valid template")
+                    .progress_chars("=> "),
             );
             b.set_message(format!("0/{total_files} files"));
             // Redrawn while a large file is being warmed (progress moves a file at a time).
@@ -49,6 +58,8 @@ impl Progress {
             total_files,
             bytes: 0,
             total_bytes,
+            moved: Instant::now(),
+            shows_stalled: false,
         }
     }
 
@@ -59,12 +70,32 @@ impl Progress {
 
     /// `files` files and `bytes` bytes done so far (for work measured from outside).
     pub fn set_done(&mut self, files: u64, bytes: u64) {
+        if (files, bytes) != (self.files, self.bytes) {
+            self.moved = Instant::now();
+        }
         self.files = files;
         self.bytes = bytes;
+        let stalled = self.stalled();
         match &self.bar {
             Some(b) => {
-                b.set_position(self.bytes);
-                b.set_message(format!("{}/{} files", self.files, self.total_files));
+                if stalled.is_some() != self.shows_stalled {
+                    self.shows_stalled = stalled.is_some();
+                    let t = if self.shows_stalled {
+                        TEMPLATE_STALLED
+                    } else {
+                        TEMPLATE
+                    };
+                    b.set_style(
+                        ProgressStyle::with_template(t)
+                            .expect("valid template")
+                            .progress_chars("=> "),
+                    );
+                }
+                let mut msg = format!("{}/{} files", self.files, self.total_files);
+                if let Some(s) = stalled {
+                    msg += &format!(", no progress for {s}");
+                }
+                b.set_message(msg);
             }
             None if self.last_line.elapsed() >= PLAIN_EVERY => {
                 self.last_line = Instant::now();
@@ -80,6 +111,13 @@ impl Progress {
             Some(b) => b.suspend(|| eprintln!("{msg}")),
             None => eprintln!("{msg}"),
         }
+    }
+
+    /// "12 seconds" once nothing moved for [`STALLED`] or more.
+    fn stalled(&self) -> Option<String> {
+        let still = self.moved.elapsed();
+        (still >= STALLED && self.bytes < self.total_bytes)
+            .then(|| HumanDuration(Duration::from_secs(still.as_secs())).to_string())
     }
 
     /// "tierfs warm: 1234/50000 files, 12.3 MiB/195.3 MiB (6%), 4.1 MiB/s, ETA 45 seconds"
@@ -99,6 +137,16 @@ impl Progress {
         let pct = (self.bytes * 100)
             .checked_div(self.total_bytes)
             .unwrap_or(self.files * 100 / self.total_files.max(1));
+        if let Some(s) = self.stalled() {
+            return format!(
+                "tierfs {}: {}/{} files, {}/{} ({pct}%), no progress for {s}",
+                self.what,
+                self.files,
+                self.total_files,
+                HumanBytes(self.bytes),
+                HumanBytes(self.total_bytes),
+            );
+        }
         format!(
             "tierfs {}: {}/{} files, {}/{} ({pct}%), {}/s, ETA {eta}",
             self.what,

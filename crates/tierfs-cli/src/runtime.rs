@@ -52,6 +52,7 @@ fn prefetch(m: &Mount, c: &Config) -> Result<(), String> {
 /// The kernel TTLs follow `meta.ttl` unless they were set themselves (as at mount).
 fn ttls(m: &Mount, c: &Config) -> Result<(), String> {
     m.fs.set_meta_ttl(c.fs.meta_ttl);
+    m.fs.set_meta_ttl_min(c.fs.ttl_min_setting());
     m.ttls.attr.set(c.fuse.attr_ttl);
     m.ttls.entry.set(c.fuse.entry_ttl);
     Ok(())
@@ -79,6 +80,11 @@ pub const SETTABLE: &[Settable] = &[
     },
     Settable {
         key: "meta.ttl",
+        needs: Needs::Nothing,
+        apply: ttls,
+    },
+    Settable {
+        key: "meta.ttl_min",
         needs: Needs::Nothing,
         apply: ttls,
     },
@@ -200,6 +206,7 @@ pub fn fixed_reason(key: &str) -> &'static str {
         "writeback.journal_size" | "writeback.journal_segment" => {
             "requires remount: the journal's capacity and segment size are fixed when it is opened (on-disk layout)"
         }
+        k if k.starts_with("sftp.") => "requires remount: the sftp connection is made with it at mount",
         _ => "requires remount: fixed when the mount starts (not settable at run time yet)",
     }
 }
@@ -294,9 +301,10 @@ impl Tunables {
             }
             next.set(key, value)
                 .map_err(|e| format!("bad value {key}={value}: {}", e.root_cause()))?;
-            if !keys.iter().any(|k| k.key == key) {
-                keys.push(s);
+            if keys.iter().any(|k| k.key == key) {
+                return Err(format!("set: {key} given twice"));
             }
+            keys.push(s);
         }
         // Set's defaults that follow other keys must not move a key fixed at mount.
         next.keep_fixed(&cur);
@@ -330,6 +338,7 @@ mod tests {
         ("ram.max", "12M"),
         ("ram.min", "8M"),
         ("meta.ttl", "7s"),
+        ("meta.ttl_min", "2s"),
         ("meta.max_entries", "99"),
         ("fuse.attr_ttl", "3s"),
         ("fuse.entry_ttl", "4s"),

@@ -94,9 +94,10 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
     );
     if v["ssd"].is_object() {
         s += &format!(
-            "  SSD tier  {} held in {} entries, cap {}; {} written, {} read\n",
-            HumanBytes(n(v, "ssd.fill_bytes")),
+            "  SSD tier  {} held in {} entries ({} of segment files), cap {}; {} written, {} read\n",
+            HumanBytes(n(v, "ssd.live_bytes")),
             HumanCount(n(v, "ssd.entries")),
+            HumanBytes(n(v, "ssd.fill_bytes")),
             HumanBytes(n(v, "ssd.cap_bytes")),
             HumanBytes(n(v, "ssd.written_bytes")),
             HumanBytes(n(v, "ssd.hit_bytes")),
@@ -115,6 +116,35 @@ fn summary(mountpoint: &Path, v: &Value) -> String {
         HumanCount(n(v, "backing.open")),
         HumanCount(n(v, "backing.errors")),
     );
+    let checks = n(v, "cto_checks");
+    s += &format!(
+        "  opens     {}: {} checked by a store request of their own ({}), {} by one asked for \
+         them by another request, {} from the cache{}\n",
+        HumanCount(n(v, "opens")),
+        HumanCount(checks),
+        match checks {
+            0 => "-".to_string(),
+            c => format!(
+                "{:.2} ms each",
+                n(v, "cto_check_us") as f64 / c as f64 / 1000.0
+            ),
+        },
+        HumanCount(n(v, "cto_shared")),
+        HumanCount(n(v, "lazy_opens")),
+        match n(v, "store_check_us") {
+            0 => String::new(),
+            us => format!("; a check took {:.2} ms at mount", us as f64 / 1000.0),
+        },
+    );
+    if v["sftp"].is_object() {
+        s += &format!(
+            "  sftp      {} requests in flight, {} in all; {} timed out, {} reconnects\n",
+            HumanCount(n(v, "sftp.in_flight")),
+            HumanCount(n(v, "sftp.requests")),
+            HumanCount(n(v, "sftp.timeouts")),
+            HumanCount(n(v, "sftp.reconnects")),
+        );
+    }
     s += &format!(
         "  metadata  {} attributes and {} directories cached, {} answered from the cache\n",
         HumanCount(n(v, "meta_attrs")),
@@ -284,6 +314,7 @@ mod tests {
         assert!(s.contains("RAM hits 90.0%"), "{s}");
         assert!(s.contains("SSD hits 50.0%"), "{s}");
         assert!(s.contains("1,000 lookups"), "{s}");
+        assert!(s.contains("opens     0: 0 checked"), "{s}");
         assert!(s.lines().count() <= 8, "{s}");
     }
 }

@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 const EXIT_WAIT: Duration = Duration::from_secs(15);
 
 pub fn run(mountpoint: &Path) -> Result<()> {
+    if crate::dead_mount::is_dead(mountpoint) {
+        crate::dead_mount::detach(mountpoint)?;
+        eprintln!("{}", crate::dead_mount::detached_note(mountpoint));
+        return Ok(());
+    }
     let canon = mountpoint
         .canonicalize()
         .with_context(|| format!("mountpoint {}", mountpoint.display()))?;

@@ -237,6 +237,28 @@ fn cache_dir_under_a_regular_file() {
     nothing_mounted(&s.p("m"));
 }
 
+/// A cache dir that is a regular file, and one that is an existing directory of someone's
+/// own files: refused, and the directory neither chmod'ed nor written into.
+#[test]
+fn cache_dir_that_is_not_ours() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let out = tierfs(mount_args_cache(&s.p("b"), &s.p("m"), &s.p("file")));
+    let line = one_line_error(&out, &s.p("file").display().to_string());
+    assert!(line.contains("is a file"), "{line}");
+    let theirs = s.p("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("notes.txt"), b"mine").unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = tierfs(mount_args_cache(&s.p("b"), &s.p("m"), &theirs));
+    let line = one_line_error(&out, &theirs.display().to_string());
+    assert!(line.contains("no tierfs cache dir"), "{line}");
+    let mode = std::fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "the directory was chmod'ed");
+    assert_eq!(sorted_names(&theirs), vec!["notes.txt".to_string()]);
+    nothing_mounted(&s.p("m"));
+}
+
 /// A tmpfs mounted for the test, detached (lazily) when dropped.
 struct TmpfsMount(PathBuf);
 
@@ -261,7 +283,7 @@ fn sh(cmd: &mut Command) {
 #[test]
 fn cache_dir_on_read_only_filesystem() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a read-only tmpfs needs root");
+        skip(Skip::NotRoot, "mounting a read-only tmpfs needs root");
         return;
     }
     let s = Scratch::new();
@@ -518,7 +540,7 @@ impl Drop for Unmount {
 #[test]
 fn a_small_cache_filesystem_gets_sizes_that_fit() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (mounts a tmpfs)");
+        skip(Skip::NotRoot, "needs root (mounts a tmpfs)");
         return;
     }
     let s = Scratch::new();

@@ -200,13 +200,14 @@ fn get_and_set_round_trip_and_refusals() {
     });
 }
 
-/// `meta.ttl` set at run time is what the mount trusts attributes for: with the default 1 s,
+/// `meta.ttl` set at run time is what the mount trusts attributes for: with `meta.ttl=1s`,
 /// a size changed behind tierfs's back shows 1.3 s later; after `set meta.ttl=1h` (and a
 /// listing of the directory), the next change does not (the attributes come from the
-/// metadata cache), until the file is opened (close-to-open revalidates).
+/// metadata cache, trusted `meta.ttl_min`, 3 s, for a file that just changed), until the
+/// file is opened (close-to-open revalidates).
 #[test]
 fn meta_ttl_set_at_run_time_is_used() {
-    let m = BinMount::new(&["ram.max=16M"]);
+    let m = BinMount::new(&["ram.max=16M", "meta.ttl=1s"]);
     let (mnt, backing) = (m.mnt.clone(), m.backing.clone());
     with_timeout(Duration::from_secs(60), vec![mnt.clone()], move || {
         let size = |p: &Path| std::fs::metadata(p).unwrap().len();
@@ -221,13 +222,12 @@ fn meta_ttl_set_at_run_time_is_used() {
         assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 1);
         std::fs::write(backing.join("f"), vec![1u8; 30]).unwrap();
         std::thread::sleep(Duration::from_millis(1300));
-        let hits = num(&stats_of(&mnt), "meta_hits");
+        // (From the kernel's copy, which it keeps as long as tierfs still trusts it.)
         assert_eq!(
             size(&mnt.join("f")),
             20,
             "meta.ttl=1h: attributes from the cache"
         );
-        assert!(num(&stats_of(&mnt), "meta_hits") > hits);
         drop(std::fs::File::open(mnt.join("f")).unwrap());
         assert_eq!(size(&mnt.join("f")), 30, "an open revalidates (meta.cto)");
     });

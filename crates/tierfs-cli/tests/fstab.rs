@@ -136,7 +136,7 @@ fn assert_ok(out: &Output, what: &str) {
 #[test]
 fn mount_fuse3_convention() {
     if !is_root() {
-        eprintln!("skipped: fstab-style mounting needs root");
+        skip(Skip::NotRoot, "fstab-style mounting needs root");
         return;
     }
     let s = Setup::new();
@@ -153,7 +153,7 @@ fn mount_fuse3_convention() {
 #[test]
 fn mount_helper_convention() {
     if !is_root() {
-        eprintln!("skipped: fstab-style mounting needs root");
+        skip(Skip::NotRoot, "fstab-style mounting needs root");
         return;
     }
     let s = Setup::new();
@@ -210,12 +210,15 @@ fn mount_helper_convention() {
 #[test]
 fn mount_8_and_fstab() {
     if !is_root() {
-        eprintln!("skipped: mount(8) needs root");
+        skip(Skip::NotRoot, "mount(8) needs root");
         return;
     }
     if Path::new("/sbin/mount.fuse.tierfs").exists() {
         // mount(8) would run the installed helper instead of the binary under test.
-        eprintln!("skipped: /sbin/mount.fuse.tierfs is installed and would be used instead");
+        skip(
+            Skip::Installed,
+            "/sbin/mount.fuse.tierfs is installed and mount(8) would run it instead",
+        );
         return;
     }
     let s = Setup::new();

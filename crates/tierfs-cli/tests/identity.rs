@@ -68,13 +68,21 @@ fn read_all(mnt: &Path, version: u8) {
     }
 }
 
+/// Waits until the SSD tier has written everything queued for it (up to 20 s, else the test
+/// fails: what follows checks what the tier holds, and would check it half-written).
 fn wait_ssd_idle(m: &FaultMount) {
     let ssd = m.fs.ssd().expect("SSD tier");
-    for _ in 0..100 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
         ssd.flush();
-        if ssd.stats().queued_bytes == 0 {
+        let queued = ssd.stats().queued_bytes;
+        if queued == 0 {
             return;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the SSD tier still has {queued} bytes queued after 20 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -1,5 +1,5 @@
 //! Namespace write-back of attribute changes of the store's own objects
-//! (`writeback/ns_chattr.rs`): `chmod`, `chown` and times of files, directories and symlinks
+//! (`writeback/namespace/ns_chattr.rs`): `chmod`, `chown` and times of files, directories and symlinks
 //! the store has are acknowledged before the store has them, shown at once, and applied in
 //! their turn.
 
@@ -239,9 +239,9 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
                 chmod(&me.join(format!("g{k}")), 0o640);
             }
             set_times(&me.join("g1"), 1_000_000_010);
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert_eq!(mode(&e.join("g0")), 0o644, "nothing set on the store yet");
@@ -265,10 +265,8 @@ fn a_chmod_of_an_object_of_the_store_returns_before_the_store_has_it() {
         move || assert_eq!(mode(&mnt.join("e/g1")), 0o640)
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }

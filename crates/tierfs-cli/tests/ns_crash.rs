@@ -746,8 +746,7 @@ fn namespace_writeback_survives_kill9() {
                     .collect();
                 panic!("round {round}: BACKING after the unmount differs from what the mount served: (path, served, backing) {d:?}\nlog:\n{}", log_errors());
             }
-            let lost = m.cache.join("journal").join("lost");
-            let lost_files: Vec<_> = std::fs::read_dir(&lost).into_iter().flatten().collect();
+            let lost_files = lost_files(&m.cache);
             assert!(
                 lost_files.is_empty(),
                 "round {round}: journal/lost is not empty: {lost_files:?}"

@@ -1,4 +1,4 @@
-//! Namespace write-back of hard links of new files (`writeback/ns_link.rs`): git writes each
+//! Namespace write-back of hard links of new files (`writeback/namespace/ns_link.rs`): git writes each
 //! object to a temporary name, links it to its hash and unlinks the temporary name. With the
 //! file's create still queued, the link and the unlink return before the store has them, and
 //! the store gets one create of the final name.
@@ -132,9 +132,9 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
             std::fs::remove_file(d.join("tmp")).unwrap();
             std::fs::write(d.join("x"), b"two names").unwrap();
             std::fs::hard_link(d.join("x"), d.join("y")).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(
@@ -160,10 +160,8 @@ fn a_link_of_a_new_file_returns_before_the_store_has_it() {
         move || assert_eq!(sorted_names(&mnt.join("objects/k")), ["final", "x", "y"])
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }

@@ -1,4 +1,4 @@
-//! Namespace write-back of unlinks of the store's own files (`writeback/ns_remove.rs`): `rm`
+//! Namespace write-back of unlinks of the store's own files (`writeback/namespace/ns_remove.rs`): `rm`
 //! of files the store has is acknowledged before the store has it, and applied in its turn.
 
 mod common;
@@ -133,9 +133,9 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
                 std::fs::remove_file(me.join(format!("x{k}"))).unwrap();
             }
             std::fs::remove_dir_all(me.join("sub")).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert_eq!(
@@ -156,10 +156,8 @@ fn an_unlink_of_a_file_of_the_store_returns_before_the_store_has_it() {
         move || assert_eq!(sorted_names(&mnt.join("e")), want)
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }

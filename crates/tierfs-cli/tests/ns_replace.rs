@@ -1,5 +1,5 @@
 //! Namespace write-back of renames of new files over files of the store
-//! (`writeback/ns_replace.rs`): `rsync`'s and an editor's save is acknowledged before the
+//! (`writeback/namespace/ns_replace.rs`): `rsync`'s and an editor's save is acknowledged before the
 //! store has it, and applied in its turn, the new file's data before the rename.
 
 mod common;
@@ -174,9 +174,9 @@ fn a_rename_over_a_file_of_the_store_returns_before_the_store_has_it() {
             for k in 0..6 {
                 save(&mr, &format!("x{k}"), format!("x{k} new").as_bytes());
             }
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert_eq!(std::fs::read(r.join("x0")).unwrap(), b"x0 old");
@@ -197,10 +197,8 @@ fn a_rename_over_a_file_of_the_store_returns_before_the_store_has_it() {
         }
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }

@@ -1,4 +1,4 @@
-//! Namespace write-back of truncates to zero of new files (`writeback/ns_truncate.rs`): an
+//! Namespace write-back of truncates to zero of new files (`writeback/namespace/ns_truncate.rs`): an
 //! `open(O_TRUNC)` or `ftruncate(fd, 0)` of a file whose create is still queued drops its
 //! data and returns before the store has anything; the store gets the create and what was
 //! written after the truncate, and so does a replay after `kill -9`.
@@ -107,9 +107,9 @@ fn a_truncate_of_a_new_file_returns_before_the_store_has_it() {
             std::fs::write(d.join("t"), b"second").unwrap();
             std::fs::write(d.join("u"), b"emptied").unwrap();
             File::create(d.join("u")).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(!backing.join("out/k").exists(), "nothing on the store yet");
@@ -123,10 +123,8 @@ fn a_truncate_of_a_new_file_returns_before_the_store_has_it() {
         move || assert_eq!(std::fs::read(mnt.join("out/k/t")).unwrap(), b"second")
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }
@@ -305,7 +303,7 @@ fn a_truncate_of_a_file_of_the_store_returns_before_the_store_has_it() {
                 1,
                 "the truncate of a file with dirty data is deferred too"
             );
-            std::thread::sleep(Duration::from_millis(500));
+            wait_journal_written(&mnt);
             (truncated, waited)
         }
     });
@@ -320,10 +318,8 @@ fn a_truncate_of_a_file_of_the_store_returns_before_the_store_has_it() {
         "the replay truncates, then writes what came after"
     );
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }
@@ -445,9 +441,9 @@ fn an_extending_truncate_of_a_new_file_returns_before_the_store_has_it() {
             let g = File::create(mnt.join("out/k2")).unwrap();
             g.set_len(SIZE).unwrap();
             drop(g);
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(!backing.join("out/k").exists(), "nothing on the store yet");
@@ -464,10 +460,8 @@ fn an_extending_truncate_of_a_new_file_returns_before_the_store_has_it() {
         move || assert_eq!(std::fs::metadata(mnt.join("out/k")).unwrap().len(), SIZE)
     });
     assert_eq!(
-        std::fs::read_dir(m.cache.join("journal/lost"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        0,
+        lost_files(&m.cache),
+        Vec::<std::path::PathBuf>::new(),
         "nothing went to journal/lost"
     );
 }

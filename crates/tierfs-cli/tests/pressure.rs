@@ -465,7 +465,10 @@ fn ram_tier_stays_within_a_memory_cgroup() {
     const FILES: usize = 8;
     let _serial = serial();
     let Some(cg) = common::cgroup::TestCgroup::create("tierfs-pressure", LIMIT) else {
-        println!("cgroup: SKIPPED: no memory cgroup can be made here (needs root and a memory controller)");
+        skip(
+            Skip::Missing,
+            "no memory cgroup can be made here (needs root and a memory controller)",
+        );
         return;
     };
     let cg = Arc::new(cg);

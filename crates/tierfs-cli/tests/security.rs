@@ -147,7 +147,7 @@ fn mount_with_cache(dir: &Path, cache: &Path) -> (bool, String) {
 #[test]
 fn a_cache_dir_another_user_controls_is_refused() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (chown to another user)");
+        skip(Skip::NotRoot, "needs root (chown to another user)");
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -196,7 +196,7 @@ fn a_cache_dir_another_user_controls_is_refused() {
 #[test]
 fn a_registry_another_user_made_is_not_trusted() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (plays the other user)");
+        skip(Skip::NotRoot, "needs root (plays the other user)");
         return;
     }
     let m = BinMount::new(&[]);

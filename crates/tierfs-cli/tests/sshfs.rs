@@ -5,6 +5,7 @@
 //! modes.
 
 mod common;
+use common::git::{check_clone, source_repo};
 use common::sshfs::Sshfs;
 use common::*;
 use std::path::Path;
@@ -13,46 +14,6 @@ use std::time::Duration;
 const LIMIT: Duration = Duration::from_secs(240);
 
 use common::run_in as run;
-
-/// A repository of three commits of three files each, in a temporary directory.
-fn source_repo() -> tempfile::TempDir {
-    let repo = tempfile::tempdir().unwrap();
-    let src = repo.path();
-    run(src, "git", &["init", "-q", "-b", "main"]);
-    for k in 0..3u64 {
-        std::fs::create_dir_all(src.join("dir")).unwrap();
-        std::fs::write(src.join(format!("f{k}")), seeded_bytes(k, 40_000)).unwrap();
-        std::fs::write(src.join(format!("dir/g{k}")), seeded_bytes(k + 10, 3_000)).unwrap();
-        run(src, "git", &["add", "."]);
-        let m = format!("commit {k}");
-        let id = ["-c", "user.name=t", "-c", "user.email=t@t"];
-        run(src, "git", &[&id[..], &["commit", "-q", "-m", &m]].concat());
-    }
-    repo
-}
-
-/// The clone is whole: `git fsck` and `git status` clean, every file as committed.
-fn check_clone(clone: &Path) {
-    run(clone, "git", &["fsck", "--no-progress", "--strict"]);
-    let out = std::process::Command::new("git")
-        .args(["status", "--porcelain"])
-        .current_dir(clone)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty(),
-        "git status in {}: {}{}",
-        clone.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for k in 0..3u64 {
-        assert_eq!(
-            std::fs::read(clone.join(format!("f{k}"))).unwrap(),
-            seeded_bytes(k, 40_000)
-        );
-    }
-}
 
 /// `git clone --no-local` onto tierfs over sshfs, write-through and write-back (default
 /// options otherwise): the clone is whole through the mount, and on the server once tierfs

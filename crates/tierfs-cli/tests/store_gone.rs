@@ -23,6 +23,7 @@ fn a_fuse_store_that_dies_is_served_from_cache_and_found_again() {
     }
     std::fs::create_dir(lower.backing.join("d")).unwrap();
     std::fs::write(lower.backing.join("d/a"), b"before").unwrap();
+    std::fs::create_dir(lower.backing.join("e")).unwrap();
     // Files changed within the last moment are not cached (their version is racy).
     std::thread::sleep(Duration::from_millis(2100));
     let mut upper = BinMount::unmounted_in(Path::new(TMP));
@@ -45,6 +46,8 @@ fn a_fuse_store_that_dies_is_served_from_cache_and_found_again() {
             v
         };
         assert_eq!(names(&up("d")), vec!["a"]);
+        let root = vec!["d", "e", "f0", "f1", "f2"];
+        assert_eq!(names(&upper.mnt), root);
 
         // The store's daemon dies: its mount answers ENOTCONN.
         let pid = lower.daemon_pid().expect("lower daemon");
@@ -55,6 +58,13 @@ fn a_fuse_store_that_dies_is_served_from_cache_and_found_again() {
             assert!(std::fs::read(up("f1")).unwrap() == data[1], "{what}: f1");
             assert_eq!(std::fs::read(up("d/a")).unwrap(), b"before", "{what}: d/a");
             assert_eq!(names(&up("d")), vec!["a"], "{what}: listing of d");
+            assert_eq!(names(&upper.mnt), root, "{what}: listing of the root");
+            // Never listed: an error at once; and what is cached stays served (the failed
+            // listing took its parent's listing and attributes with it).
+            let e = std::fs::read_dir(up("e")).map(|_| ()).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{what}: e: {e}");
+            std::thread::sleep(Duration::from_millis(3500));
+            assert_eq!(names(&upper.mnt), root, "{what}: the root after e failed");
             // Never read: an error at once, not a hang.
             assert_eq!(
                 errno_of(std::fs::read(up("f2"))),

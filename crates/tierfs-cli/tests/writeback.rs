@@ -434,7 +434,10 @@ fn crash_kill9_keeps_every_fsynced_byte() {
     let seed = test_seed("crash_kill9_keeps_every_fsynced_byte");
     let m = BinMount::unmounted_in(Path::new(TMP));
     let mnt = m.mnt.clone();
-    let limit = Duration::from_secs(200 * MODES.len() as u64);
+    // A watchdog for a hang, not a speed check: write-back's 100 rounds take about 290 s
+    // alone on a 2-CPU machine (each round mounts, replays, verifies and drains), and more
+    // under the whole suite.
+    let limit = Duration::from_secs(450 * MODES.len() as u64);
     with_timeout(limit, vec![mnt.clone()], move || {
         let pool = Arc::new(seeded_bytes(seed, 2 * MIB));
         for (mi, mode) in MODES.iter().enumerate() {
@@ -1499,13 +1502,14 @@ fn write_file(path: &Path, data: &[u8]) -> Result<(), io::Error> {
 }
 
 /// A write-back mount whose cache device fills up (a tmpfs of 200 MB): the SSD tier gives its
-/// room to the journal, a write the journal still cannot take fails with ENOSPC (never EIO),
-/// writes go on without a remount once there is room, and a full cache device mounts again
-/// (with and without --reset-cache) and checks clean, with no partial segment file left.
+/// room to the journal, a write the journal still cannot take goes through to the store
+/// (never ENOSPC while the store has room, never EIO), write-back takes writes again without
+/// a remount once there is room, every byte is on the store, and a full cache device mounts
+/// again (with and without --reset-cache) and checks clean, with no partial segment left.
 #[test]
-fn a_full_cache_device_gives_enospc_and_recovers_without_hand_work() {
+fn a_full_cache_device_writes_through_and_recovers_without_hand_work() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (mounts a tmpfs)");
+        skip(Skip::NotRoot, "needs root (mounts a tmpfs)");
         return;
     }
     let small = TmpfsMount::new(Path::new(TMP), "200m");
@@ -1535,47 +1539,41 @@ fn a_full_cache_device_gives_enospc_and_recovers_without_hand_work() {
         let filler = fill_device(&dev);
 
         let mut written = Vec::new();
-        let mut enospc = 0;
         for i in 0..6 {
             let name = format!("w{i}");
             let data = &pool[i * MIB..i * MIB + 40 * MIB - 8 * MIB];
-            match write_file(&m.mnt.join(&name), data) {
-                Ok(()) => written.push((name, data.to_vec())),
-                Err(e) => {
-                    assert_eq!(
-                        e.raw_os_error(),
-                        Some(libc::ENOSPC),
-                        "{name}: a write the journal cannot take must fail with ENOSPC: {e}"
-                    );
-                    enospc += 1;
-                }
-            }
+            write_file(&m.mnt.join(&name), data)
+                .unwrap_or_else(|e| panic!("{name}: the store has room, the write failed: {e}"));
+            written.push((name, data.to_vec()));
         }
         let st = stats_of(&m.mnt);
         assert!(
             n(&st, "ssd.reclaimed_segments") > 0,
             "the SSD tier gave nothing back to the journal"
         );
-        assert_eq!(n(&st, "writeback.journal_no_space"), enospc);
+        // (Whether the journal runs out of room or only waits for the flushers depends on
+        // when the SSD tier gives its room back: either way no write fails.)
+        let through = n(&st, "writeback.journal_no_space");
+        assert_eq!(n(&st, "writeback.enospc"), 0, "{st}");
         println!(
-            "full cache device: {} files of 32 MiB written, {enospc} refused with ENOSPC, \
-             {} journal segment creations failed",
+            "full cache device: {} files of 32 MiB written, {through} writes through to the \
+             store, {} journal segment creations failed",
             written.len(),
             n(&st, "writeback.journal.create_failures")
         );
 
-        // Room again: writes are taken again, no remount.
+        // Room again: write-back takes writes again, no remount.
         std::fs::remove_file(&filler).unwrap();
         let after = &pool[5 * MIB..5 * MIB + 24 * MIB];
         let t = Instant::now();
         loop {
-            match write_file(&m.mnt.join("after"), after) {
-                Ok(()) => break,
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && t.elapsed().as_secs() < 20 => {
-                    std::thread::sleep(Duration::from_millis(200))
-                }
-                Err(e) => panic!("after room came back: {e}"),
+            let before = n(&stats_of(&m.mnt), "writeback.journal_no_space");
+            write_file(&m.mnt.join("after"), after).unwrap();
+            if n(&stats_of(&m.mnt), "writeback.journal_no_space") == before {
+                break;
             }
+            assert!(t.elapsed().as_secs() < 30, "write-back never resumed");
+            std::thread::sleep(Duration::from_millis(200));
         }
         written.push(("after".into(), after.to_vec()));
         m.unmount_and_wait();
@@ -1973,9 +1971,9 @@ fn a_file_unlinked_before_its_create_is_flushed_never_reaches_the_store() {
             released();
             std::fs::remove_file(mnt.join("e/t1")).unwrap();
             std::fs::remove_dir_all(mnt.join("e/tmpd")).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(!backing.join("e").exists());
@@ -2078,9 +2076,9 @@ fn an_atomic_save_of_a_new_file_waits_for_nothing_and_lands_whole() {
             save(&mnt.join("e"), "g", &data(50));
             save(&mnt.join("e"), "h", &data(51));
             std::fs::rename(mnt.join("e/h"), mnt.join("e/h2")).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(
@@ -2187,7 +2185,7 @@ fn a_new_file_moved_to_another_directory_waits_for_nothing_and_lands_whole() {
             std::fs::rename(mnt.join("e/x"), mnt.join("f/y")).unwrap();
             std::fs::write(mnt.join("e/z"), data(41)).unwrap();
             std::fs::rename(mnt.join("e/z"), mnt.join("out/z")).unwrap();
-            std::thread::sleep(Duration::from_millis(500));
+            wait_journal_written(&mnt);
         }
     });
     assert!(
@@ -2273,7 +2271,7 @@ fn a_new_file_saved_again_before_it_reached_the_store_waits_for_nothing() {
                 data(30),
                 "the replaced version, still open, reads whole"
             );
-            std::thread::sleep(Duration::from_millis(500));
+            wait_journal_written(&mnt);
             got.len()
         }
     });
@@ -2414,9 +2412,9 @@ fn mknods_are_deferred_once_the_store_makes_their_kind() {
             std::fs::create_dir(mnt.join("dev2")).unwrap();
             mknod_at(&mnt.join("dev2/null"), libc::S_IFCHR | 0o666, null).unwrap();
             mknod_at(&mnt.join("dev2/fifo"), libc::S_IFIFO | 0o604, 0).unwrap();
-            // The journal's writer thread writes what was appended (no fsync: kill -9 keeps
-            // the page cache).
-            std::thread::sleep(Duration::from_millis(500));
+            // The journal's writer thread writes what was appended, waited for (no fsync:
+            // kill -9 keeps the page cache).
+            wait_journal_written(&mnt);
         }
     });
     assert!(!backing.join("dev2").exists());

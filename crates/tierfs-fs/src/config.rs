@@ -7,9 +7,16 @@ pub struct FsConfig {
     pub block_size: u64,
     /// Byte cap of the RAM tier (`ram.max`).
     pub ram_max: u64,
-    /// How long attributes and a file's fingerprint are trusted before asking the backing
-    /// store again (`meta.ttl`).
+    /// The longest attributes, listings and a file's fingerprint are trusted before the
+    /// backing store is asked again (`meta.ttl`); how long within it follows how long the
+    /// object has gone unchanged (`MetaCache::trust`).
     pub meta_ttl: Duration,
+    /// How long a store that can hang (`Store::may_hang`) is waited for on a call a cache
+    /// can answer for, before what is cached is served (`store.timeout`; zero: for ever).
+    pub store_timeout: Duration,
+    /// How long a record of an object that just changed is trusted (`meta.ttl_min`); None:
+    /// [`FsConfig::ttl_min`] decides.
+    pub meta_ttl_min: Option<Duration>,
     /// Close-to-open: every open asks the backing store whether the file changed
     /// (`meta.cto`). Off: an open within `meta.ttl` of the last check trusts the cache.
     pub meta_cto: bool,
@@ -38,7 +45,9 @@ impl Default for FsConfig {
         FsConfig {
             block_size: 64 * 1024,
             ram_max: 1 << 30,
-            meta_ttl: Duration::from_secs(1),
+            meta_ttl: Duration::from_secs(60),
+            store_timeout: Duration::from_secs(5),
+            meta_ttl_min: None,
             meta_cto: true,
             meta_max_entries: 1 << 20,
             readahead_max: 16 << 20,
@@ -52,7 +61,29 @@ impl Default for FsConfig {
     }
 }
 
+/// `meta.ttl_min` with close-to-open: NFS's `acregmin`.
+pub const TTL_MIN_CTO: Duration = Duration::from_secs(3);
+
 impl FsConfig {
+    /// `meta.ttl_min` in force: as given; else 3 s with close-to-open (every open asks the
+    /// store anyway: the trust only serves `stat` and `readdir`), and `meta.ttl` without it,
+    /// where the user chose how stale a read may be and every record is trusted that long.
+    pub fn ttl_min(&self) -> Duration {
+        self.ttl_min_setting()
+            .unwrap_or(self.meta_ttl)
+            .min(self.meta_ttl)
+    }
+
+    /// [`FsConfig::ttl_min`] for the metadata cache: None follows `meta.ttl` (also when
+    /// `tierfs ctl` changes it).
+    pub fn ttl_min_setting(&self) -> Option<Duration> {
+        match (self.meta_ttl_min, self.meta_cto) {
+            (Some(m), _) => Some(m),
+            (None, true) => Some(TTL_MIN_CTO),
+            (None, false) => None,
+        }
+    }
+
     /// Whether the kernel is told that opening a file needs no reply (FUSE no-open): then
     /// open(2) and close(2) of a file cost no round trip. Only without close-to-open
     /// (`meta.cto=off`): an open is where close-to-open revalidates. The file's data is then

@@ -1,6 +1,7 @@
 //! Counts every call that reaches the backing store, so `tierfs stats` can show how much work
 //! the slow store was spared.
 
+use crate::deadline::Deadline;
 use crate::health::StoreHealth;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -46,6 +47,12 @@ pub struct BackingStats {
     /// 1 while the store answers ENOTCONN (gone; what is cached is served).
     #[serde(default)]
     pub gone: u64,
+    /// 1 while the store is taken for hung (a call past `store.timeout`; what is cached is
+    /// served), and the calls given up at their deadline.
+    #[serde(default)]
+    pub hung: u64,
+    #[serde(default)]
+    pub timeouts: u64,
     /// Calls that failed with ENOTCONN, and times a store answered at BACKING again.
     #[serde(default)]
     pub notconn: u64,
@@ -79,6 +86,8 @@ pub struct CountedStore<S> {
     pub counters: Arc<BackingCounters>,
     /// Whether the store answers (every call's error goes through here).
     pub health: Arc<StoreHealth>,
+    /// The deadline of the calls a cache can answer for (see `deadline`).
+    deadline: Deadline,
 }
 
 impl<S: Store> CountedStore<S> {
@@ -86,6 +95,8 @@ impl<S: Store> CountedStore<S> {
     pub fn snapshot(&self) -> BackingStats {
         BackingStats {
             gone: self.health.gone() as u64,
+            hung: self.health.hung() as u64,
+            timeouts: self.health.timeouts.load(Relaxed),
             notconn: self.health.notconn.load(Relaxed),
             reconnects: self.health.reconnects.load(Relaxed),
             ..self.counters.snapshot()
@@ -97,12 +108,65 @@ impl<S: Store> CountedStore<S> {
             inner: Arc::new(inner),
             counters: Arc::default(),
             health: Arc::default(),
+            deadline: Deadline::new(),
         }
     }
+    /// Whether calls that a cache can answer for run within a deadline (a store that can
+    /// hang, `store.timeout` not 0).
+    pub fn has_deadline(&self) -> bool {
+        self.deadline.limit().is_some()
+    }
+
+    /// `store.timeout` on a store that can hang (`Store::may_hang`); zero: none.
+    pub fn set_timeout(&self, limit: std::time::Duration) {
+        if self.inner.may_hang() {
+            self.deadline.set_limit(limit);
+        }
+    }
+
+    /// `call` on the inner store within the deadline (see `deadline`), counted in `c`. A
+    /// store taken for hung is not asked (ENOTCONN at once: the caller serves what is
+    /// cached, as for a store that is gone); a call past the deadline makes it so.
+    fn bounded<T: Send + 'static>(
+        &self,
+        c: &AtomicU64,
+        call: impl FnOnce(&S) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let Some(limit) = self.deadline.limit() else {
+            return self.count(c, call(&self.inner));
+        };
+        if self.health.hung() {
+            return Err(tierfs_store::Errno::ENOTCONN);
+        }
+        let inner = self.inner.clone();
+        match self.deadline.run(move || call(&inner)) {
+            Some(r) => self.count(c, r),
+            None => {
+                c.fetch_add(1, Relaxed);
+                self.health.timed_out(limit, || {
+                    let s = self.inner.clone();
+                    // A request the store itself must answer (not its client's attribute
+                    // cache): returns once it does (a hung one: when it wakes up).
+                    Box::new(move || {
+                        let (root, _) = s.root()?;
+                        match s.revalidate(&root) {
+                            Some(r) => r.map(|_| ()),
+                            None => s.statfs(&root).map(|_| ()),
+                        }
+                        .map(|_| tierfs_store::Reconnect::Same)
+                    })
+                });
+                Err(tierfs_store::Errno::ENOTCONN)
+            }
+        }
+    }
+
     fn count<T>(&self, c: &AtomicU64, r: Result<T>) -> Result<T> {
         c.fetch_add(1, Relaxed);
         if let Err(e) = &r {
-            self.counters.errors.fetch_add(1, Relaxed);
+            if !is_answer(*e) {
+                self.counters.errors.fetch_add(1, Relaxed);
+            }
             self.health.saw(*e, || {
                 let s = self.inner.clone();
                 Box::new(move || s.reconnect())
@@ -110,6 +174,32 @@ impl<S: Store> CountedStore<S> {
         }
         r
     }
+}
+
+/// An errno that is the store's answer about the tree (no such name, not empty, no such
+/// attribute, not permitted, not supported), not a failure of the store: not counted in
+/// `backing.errors` (a clean `ls` of missing names made "50 errors").
+fn is_answer(e: tierfs_store::Errno) -> bool {
+    matches!(
+        e.0,
+        libc::ENOENT
+            | libc::EEXIST
+            | libc::ENOTEMPTY
+            | libc::ENOTDIR
+            | libc::EISDIR
+            | libc::ENODATA
+            | libc::ERANGE
+            | libc::EACCES
+            | libc::EPERM
+            | libc::ENAMETOOLONG
+            | libc::EINVAL
+            | libc::ENOSYS
+            | libc::EOPNOTSUPP
+            | libc::EXDEV
+            | libc::ELOOP
+            | libc::ESTALE
+            | libc::ENOTTY
+    )
 }
 
 impl<S: Store> Store for CountedStore<S> {
@@ -129,20 +219,39 @@ impl<S: Store> Store for CountedStore<S> {
         self.inner.reconnect()
     }
     fn lookup(&self, parent: &S::Node, name: &OsStr) -> Result<(S::Node, Attr)> {
-        self.count(&self.counters.lookup, self.inner.lookup(parent, name))
+        let (parent, name) = (parent.clone(), name.to_owned());
+        self.bounded(&self.counters.lookup, move |s| s.lookup(&parent, &name))
     }
     fn getattr(&self, node: &S::Node) -> Result<Attr> {
-        self.count(&self.counters.getattr, self.inner.getattr(node))
+        let node = node.clone();
+        self.bounded(&self.counters.getattr, move |s| s.getattr(&node))
     }
     fn revalidate(&self, node: &S::Node) -> Option<Result<Attr>> {
-        let r = self.inner.revalidate(node)?;
-        Some(self.count(&self.counters.getattr, r))
+        if self.deadline.limit().is_none() {
+            let r = self.inner.revalidate(node)?;
+            return Some(self.count(&self.counters.getattr, r));
+        }
+        let node = node.clone();
+        // (None inside: the store has no cheaper check; asked as Some(Err) would be.)
+        let r = self.bounded(&self.counters.getattr, move |s| {
+            s.revalidate(&node).transpose()
+        });
+        match r {
+            Ok(Some(a)) => Some(Ok(a)),
+            Ok(None) => {
+                // Counted as a getattr it was not: take it back.
+                self.counters.getattr.fetch_sub(1, Relaxed);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
     fn setattr(&self, node: &S::Node, handle: Option<&S::Handle>, set: &SetAttr) -> Result<Attr> {
         self.count(&self.counters.other, self.inner.setattr(node, handle, set))
     }
     fn readlink(&self, node: &S::Node) -> Result<OsString> {
-        self.count(&self.counters.other, self.inner.readlink(node))
+        let node = node.clone();
+        self.bounded(&self.counters.other, move |s| s.readlink(&node))
     }
     fn mknod(
         &self,
@@ -206,6 +315,15 @@ impl<S: Store> Store for CountedStore<S> {
             self.inner.rename(parent, name, newparent, newname, flags),
         )
     }
+    fn open_child(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        flags: i32,
+    ) -> Option<Result<tierfs_store::Opened<S::Node, S::Handle>>> {
+        let r = self.inner.open_child(parent, name, flags)?;
+        Some(self.count(&self.counters.open, r))
+    }
     fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
         self.count(&self.counters.open, self.inner.open(node, flags))
     }
@@ -233,6 +351,12 @@ impl<S: Store> Store for CountedStore<S> {
     }
     fn publishes_at_sync(&self) -> bool {
         self.inner.publishes_at_sync()
+    }
+    fn max_file_size(&self) -> u64 {
+        self.inner.max_file_size()
+    }
+    fn may_hang(&self) -> bool {
+        self.inner.may_hang()
     }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
@@ -330,7 +454,8 @@ impl<S: Store> Store for CountedStore<S> {
     fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         let r = self.count(&self.counters.readdir, self.inner.readdir_plus(node));
         if let Ok(v) = &r {
-            if self.inner.names_list_cheaper() {
+            // Each entry's attributes were a request of their own (an `fstatat`).
+            if !self.inner.listing_carries_attrs() {
                 let stats = v.iter().filter(|(_, a)| a.is_some()).count();
                 self.counters.lookup.fetch_add(stats as u64, Relaxed);
             }
@@ -340,16 +465,30 @@ impl<S: Store> Store for CountedStore<S> {
     fn names_list_cheaper(&self) -> bool {
         self.inner.names_list_cheaper()
     }
+    fn listing_carries_attrs(&self) -> bool {
+        self.inner.listing_carries_attrs()
+    }
     /// Counted as lookups, one per name: each is one on the store.
     fn stat_names(&self, node: &S::Node, names: &[OsString]) -> Vec<Option<Attr>> {
         self.counters.lookup.fetch_add(names.len() as u64, Relaxed);
         self.inner.stat_names(node, names)
     }
     fn statfs(&self, node: &S::Node) -> Result<StatFs> {
-        self.count(&self.counters.other, self.inner.statfs(node))
+        let node = node.clone();
+        self.bounded(&self.counters.other, move |s| s.statfs(&node))
     }
     fn getxattr(&self, node: &S::Node, name: &OsStr) -> Result<Vec<u8>> {
-        self.count(&self.counters.other, self.inner.getxattr(node, name))
+        let (node, name) = (node.clone(), name.to_owned());
+        self.bounded(&self.counters.other, move |s| s.getxattr(&node, &name))
+    }
+    fn getxattr_at(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        let r = self.inner.getxattr_at(parent, name, xname)?;
+        Some(self.count(&self.counters.other, r))
     }
     fn setxattr(&self, node: &S::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         self.count(

@@ -46,6 +46,11 @@ pub struct Dirty {
     pub size: u64,
     /// Modification time of the last write, ns since the epoch.
     pub mtime_ns: i64,
+    /// `mtime_ns` was set by the application (utimensat after writing: `cp -p`, `tar x`),
+    /// not by a write: it says nothing of when the file changed; `set_at_ns` does (the
+    /// utimensat's own time: its ctime).
+    pub mtime_set: bool,
+    pub set_at_ns: i64,
     /// When the oldest dirty byte still held was written.
     pub since: Instant,
     /// The newest tag ever applied (for the DONE record when everything is flushed).
@@ -89,6 +94,8 @@ impl Dirty {
             bytes: 0,
             size,
             mtime_ns: 0,
+            mtime_set: false,
+            set_at_ns: 0,
             since: Instant::now(),
             max_seq: 0,
             error: None,
@@ -162,6 +169,7 @@ impl Dirty {
         self.punch(offset, end);
         self.size = self.size.max(end);
         self.mtime_ns = mtime_ns;
+        self.mtime_set = false;
         self.max_seq = self.max_seq.max(seq);
         self.bytes += data.len() as u64;
         self.extents.insert(offset, Extent { data, seq });

@@ -2,7 +2,7 @@
 
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tierfs_store::{Attr, Fingerprint};
 
 pub use crate::version::{racy, unverified, Version};
@@ -77,6 +77,10 @@ pub struct FileState {
     pub dirty: Mutex<Option<crate::dirty::Dirty>>,
     /// `dirty` is Some: lets reads and attributes skip its lock when clean.
     pub has_dirty: AtomicBool,
+    /// The backing file was changed on the store directly (a write-through write, a
+    /// truncate, fallocate, copy_file_range), not through the write-back journal: an fsync
+    /// in write-back must sync the store's file too (see `Objects::fsync`).
+    pub changed_direct: AtomicBool,
     /// Bumped whenever flushed bytes leave `dirty` (see `Fs::read_over_dirty`).
     pub flush_gen: AtomicU64,
     /// A flusher holds the file (one at a time per file).
@@ -116,6 +120,7 @@ impl FileState {
             rw: RwLock::new(()),
             dirty: Mutex::new(None),
             has_dirty: AtomicBool::new(false),
+            changed_direct: AtomicBool::new(false),
             flush_gen: AtomicU64::new(0),
             flushing: AtomicBool::new(false),
             retry_at_ms: AtomicU64::new(0),
@@ -151,8 +156,11 @@ impl FileState {
         self.inner.lock().v
     }
 
-    pub fn expired(&self, ttl: Duration) -> bool {
-        self.inner.lock().checked.elapsed() >= ttl
+    /// Whether the version must be checked against the store again: `expired` says so of
+    /// its fingerprint and when it was last checked (`MetaCache::version_expired`).
+    pub fn expired(&self, expired: impl Fn(&Fingerprint, Instant) -> bool) -> bool {
+        let i = self.inner.lock();
+        expired(&i.v.fp, i.checked)
     }
 
     /// Records fresh attributes from the backing store that go to the kernel (lookup,
@@ -310,11 +318,11 @@ impl FileState {
         }
     }
 
-    /// Whether a read must ask the store first: the fingerprint was checked `ttl` ago or
-    /// more, or our own writes left it provisional (one lock for both).
-    pub fn needs_check(&self, ttl: Duration) -> bool {
+    /// Whether a read must ask the store first: the fingerprint's trust ran out (see
+    /// [`FileState::expired`]), or our own writes left it provisional (one lock for both).
+    pub fn needs_check(&self, expired: impl Fn(&Fingerprint, Instant) -> bool) -> bool {
         let i = self.inner.lock();
-        i.checked.elapsed() >= ttl || unverified(&i.v.fp)
+        unverified(&i.v.fp) || expired(&i.v.fp, i.checked)
     }
 
     /// Whether our own writes left a provisional fingerprint (see [`FileState::wrote`]).

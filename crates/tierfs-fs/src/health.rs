@@ -25,6 +25,11 @@ pub struct StoreHealth {
     since: Mutex<Option<Instant>>,
     /// Calls that failed with ENOTCONN.
     pub notconn: AtomicU64,
+    /// Set while the store is taken for hung (a call past `store.timeout`): calls that a
+    /// cache answers for are not sent to it (see `deadline`).
+    hung: AtomicBool,
+    /// Calls given up at their deadline.
+    pub timeouts: AtomicU64,
     /// Times a store was found again at BACKING after it had gone.
     pub reconnects: AtomicU64,
     /// Called (once per reconnect) when a new store answers: lets go of every node from before.
@@ -39,6 +44,27 @@ impl StoreHealth {
 
     pub fn gone(&self) -> bool {
         self.gone.load(Relaxed)
+    }
+
+    pub fn hung(&self) -> bool {
+        self.hung.load(Relaxed)
+    }
+
+    /// A call a cache can answer for did not return within `limit`: the store is taken
+    /// for hung, and served from the caches as when it is gone, until the prober's call
+    /// returns (it waits in the store as long as the store hangs).
+    pub(crate) fn timed_out(self: &Arc<Self>, limit: Duration, probe: impl FnOnce() -> Probe) {
+        self.timeouts.fetch_add(1, Relaxed);
+        if self.gone.swap(true, Relaxed) {
+            return;
+        }
+        self.hung.store(true, Relaxed);
+        *self.since.lock() = Some(Instant::now());
+        tracing::error!(
+            "backing store not answering within {:.1} s (store.timeout): serving cached data until it answers; reads of data not cached wait for it",
+            limit.as_secs_f64()
+        );
+        self.start_prober(probe());
     }
 
     pub(crate) fn set_on_back(&self, f: Box<dyn Fn() + Send + Sync>) {
@@ -78,6 +104,12 @@ impl StoreHealth {
             "backing store gone (ENOTCONN: the filesystem at BACKING stopped answering, e.g. its FUSE daemon died): serving what is cached; BACKING is opened again every {} s until a store answers there",
             PROBE_EVERY.as_secs()
         );
+        self.start_prober(probe);
+    }
+
+    /// Reaches for the store every [`PROBE_EVERY`] until it answers (a call to a hung
+    /// store returns when it does), then lets the caches check against it again.
+    fn start_prober(self: &Arc<Self>, probe: Probe) {
         let me = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("tierfs-probe".into())
@@ -108,6 +140,7 @@ impl StoreHealth {
 
     fn back(&self, what: &str) {
         let since = self.since.lock().take();
+        self.hung.store(false, Relaxed);
         self.gone.store(false, Relaxed);
         tracing::warn!(
             "backing store back after {:.1} s ({what}): caches are checked against it again",

@@ -297,6 +297,22 @@ impl<S: Store> Store for IdStore<S> {
         self.inner
             .rename(&parent.inner, name, &newparent.inner, newname, flags)
     }
+    fn open_child(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        flags: i32,
+    ) -> Option<Result<tierfs_store::Opened<Self::Node, Self::Handle>>> {
+        Some(
+            self.inner
+                .open_child(&parent.inner, name, flags)?
+                .map(|(n, a, h)| {
+                    let (node, attr) = self.node((n, a), parent.id, name);
+                    let id = node.id;
+                    (node, attr, IdHandle { inner: h, id })
+                }),
+        )
+    }
     fn open(&self, node: &Self::Node, flags: i32) -> Result<Self::Handle> {
         Ok(IdHandle {
             inner: self.inner.open(&node.inner, flags)?,
@@ -319,6 +335,12 @@ impl<S: Store> Store for IdStore<S> {
     }
     fn publishes_at_sync(&self) -> bool {
         self.inner.publishes_at_sync()
+    }
+    fn max_file_size(&self) -> u64 {
+        self.inner.max_file_size()
+    }
+    fn may_hang(&self) -> bool {
+        self.inner.may_hang()
     }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
@@ -399,6 +421,9 @@ impl<S: Store> Store for IdStore<S> {
     fn names_list_cheaper(&self) -> bool {
         self.inner.names_list_cheaper()
     }
+    fn listing_carries_attrs(&self) -> bool {
+        self.inner.listing_carries_attrs()
+    }
     fn stat_names(&self, node: &Self::Node, names: &[OsString]) -> Vec<Option<Attr>> {
         let mut v = self.inner.stat_names(&node.inner, names);
         for (a, name) in v.iter_mut().zip(names) {
@@ -413,6 +438,14 @@ impl<S: Store> Store for IdStore<S> {
     }
     fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>> {
         self.inner.getxattr(&node.inner, name)
+    }
+    fn getxattr_at(
+        &self,
+        parent: &Self::Node,
+        name: &OsStr,
+        xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        self.inner.getxattr_at(&parent.inner, name, xname)
     }
     fn setxattr(&self, node: &Self::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         self.inner.setxattr(&node.inner, name, value, flags)

@@ -17,6 +17,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use tierfs_store::{Attr, FileKind, Store};
 
+mod numbers;
+mod spare;
+use spare::Spare;
+
 const SYNTHETIC_BASE: u64 = 1 << 60;
 
 /// Where an inode is resolved from: its parent directory and a name in it.
@@ -149,12 +153,20 @@ impl<S: Store> Inode<S> {
     }
 }
 
+/// Objects made by this mount whose kernel inode number is kept past publication, at most
+/// (32 bytes each: 32 MiB at most; past it, objects made later show the store's number
+/// once the kernel forgot them).
+const KEPT_MAX: usize = 1 << 20;
+
 pub struct InodeTable<S: Store> {
     root_id: Ident,
     inodes: DashMap<u64, Arc<Inode<S>>>,
     /// Kernel inode numbers of live objects that are not the one their identity prefers
     /// (see the module documentation).
     assigned: DashMap<Ident, u64>,
+    /// Kernel inode numbers kept for the mount's life by objects this mount made, past their
+    /// publication (`InodeTable::keep_number`), bounded by [`KEPT_MAX`].
+    kept: DashMap<Ident, u64>,
     /// Identities handed to objects a rename left without a name (see [`InodeTable::rekey`]).
     orphans: AtomicU64,
     /// File states by backing identity; outlive kernel inodes (swapcache's lesson).
@@ -172,6 +184,8 @@ pub struct InodeTable<S: Store> {
     /// [`FILE_NODES`] and [`DIR_NODES`] as the descriptor limit allows ([`node_bound`]).
     max_file_nodes: usize,
     max_dir_nodes: usize,
+    /// Nodes of objects the kernel forgot (see [`spare::Spare`]).
+    spare: parking_lot::Mutex<Spare<S::Node>>,
 }
 
 /// Gives a node another identity (see [`InodeTable::rekey`]).
@@ -210,6 +224,7 @@ impl<S: Store> InodeTable<S> {
             root_id: (root_attr.dev, root_attr.ino),
             inodes: DashMap::new(),
             assigned: DashMap::new(),
+            kept: DashMap::new(),
             orphans: AtomicU64::new(0),
             files: DashMap::new(),
             max_files,
@@ -217,6 +232,7 @@ impl<S: Store> InodeTable<S> {
             dir_nodes: Default::default(),
             max_file_nodes: node_bound(FILE_NODES),
             max_dir_nodes: node_bound(DIR_NODES),
+            spare: Default::default(),
         };
         t.inodes.insert(
             crate::ROOT_INO,
@@ -247,35 +263,28 @@ impl<S: Store> InodeTable<S> {
         }
         self.file_nodes.lock().clear();
         self.dir_nodes.lock().clear();
+        *self.spare.lock() = Spare::default();
     }
 
-    pub fn kernel_ino(&self, attr: &Attr) -> u64 {
-        self.kernel_ino_of_ident((attr.dev, attr.ino))
+    /// The node a forgotten inode of `id` held (see [`spare::Spare`]), taken.
+    pub(crate) fn take_spare(&self, id: Ident) -> Option<S::Node> {
+        let mut s = self.spare.lock();
+        if s.nodes.is_empty() {
+            return None;
+        }
+        s.take(id)
     }
 
-    /// The kernel inode number of identity `id`: the one its live inode has, else the one it
-    /// would get (see the module documentation).
-    pub fn kernel_ino_of_ident(&self, id: Ident) -> u64 {
-        if id == self.root_id {
-            return crate::ROOT_INO;
-        }
-        if let Some(ino) = self.assigned.get(&id) {
-            return *ino;
-        }
-        Self::preferred(id)
+    /// Whether a forgotten inode of `id` left its node (see [`spare::Spare`]).
+    pub(crate) fn has_spare(&self, id: Ident) -> bool {
+        let s = self.spare.lock();
+        !s.nodes.is_empty() && s.nodes.contains_key(&id)
     }
 
-    /// The number an identity asks for: the store's inode number if it has one in range,
-    /// else one from its hash, in [2^60, 2^61) (above any inode number a local filesystem
-    /// hands out, so the two kinds do not meet).
-    fn preferred(id: Ident) -> u64 {
-        if id.0 == 0 && id.1 > crate::ROOT_INO && id.1 < SYNTHETIC_BASE {
-            return id.1;
-        }
-        let mut h = id.0 ^ id.1.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
-        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        SYNTHETIC_BASE | ((h ^ (h >> 31)) & (SYNTHETIC_BASE - 1))
+    /// `id`'s name goes away (our unlink, rmdir, rename over it): no node of it is kept for
+    /// an inode to come, which would keep the object (and its space) alive on the store.
+    pub(crate) fn drop_spare(&self, id: Ident) {
+        self.take_spare(id);
     }
 
     /// The live inode of a backing identity, if the kernel knows one.
@@ -473,7 +482,18 @@ impl<S: Store> InodeTable<S> {
             let prev = i.lookups.fetch_sub(n.min(i.lookups.load(Relaxed)), Relaxed);
             prev <= n
         }) {
-            self.assigned.remove_if(&gone.id(), |_, v| *v == ino);
+            let id = gone.id();
+            self.assigned.remove_if(&id, |_, v| *v == ino);
+            // (Not a pinned node: its name went away, and no inode to come will be it.)
+            if !gone.pinned.load(Relaxed) && gone.origin.lock().is_some() {
+                if let Some(node) = gone.node() {
+                    let max = match gone.kind {
+                        FileKind::Dir => self.max_dir_nodes,
+                        _ => self.max_file_nodes,
+                    };
+                    self.spare.lock().put(id, node, max);
+                }
+            }
         }
     }
 

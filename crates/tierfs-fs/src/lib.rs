@@ -10,6 +10,7 @@
 mod config;
 mod counted;
 mod data;
+mod deadline;
 mod dirty;
 mod file_state;
 mod fs;

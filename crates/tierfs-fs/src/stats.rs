@@ -37,6 +37,21 @@ pub struct FsStats {
     /// Fan-outs that asked the store for the attributes of a names-first listing's entries
     /// (`namespace::entry_attrs`; each entry is counted as a store lookup).
     pub meta_entry_stats: AtomicU64,
+    /// Listings whose trust ran out renewed by one request for their directory's attributes
+    /// (unchanged: its names stand), instead of listing it again.
+    pub meta_renewals: AtomicU64,
+    /// Opens whose close-to-open check was a store answer asked for after they began by
+    /// another request (their own lookup or permission check, an open of the same file),
+    /// so they made none of their own.
+    pub cto_shared: AtomicU64,
+    /// Opens that asked the store for their close-to-open check, and how long those checks
+    /// took in all (microseconds): what close-to-open costs per open on this store.
+    pub cto_checks: AtomicU64,
+    pub cto_check_us: AtomicU64,
+    /// A close-to-open check of the store's root at mount, the median of three
+    /// (microseconds; 0 where the store's check is its open, S3): its round trip as tierfs
+    /// pays it.
+    pub store_check_us: AtomicU64,
     /// Opens answered without the backing store (`meta.cto=off`).
     pub lazy_opens: AtomicU64,
     /// Read-only opens checked by the store's fresh attributes, the backing file opened only
@@ -47,6 +62,9 @@ pub struct FsStats {
     pub unchanged_chowns: AtomicU64,
     /// Files loaded ahead of a directory walk (`data/siblings.rs`).
     pub prefetched_files: AtomicU64,
+    /// Loads ahead of a walk decided (queued for the prefetch pool): counted when decided,
+    /// at the open or first read that showed the walk, before any of them ran.
+    pub prefetch_queued: AtomicU64,
     /// Opens the kernel asked us for (none after the first with FUSE no-open).
     pub opens: AtomicU64,
     /// Implicit per-inode files made for reads and writes of files the kernel opened
@@ -79,6 +97,8 @@ impl Drop for Gauge<'_> {
 /// (`tierfs_<path>_total`). A new field that can go down belongs here.
 pub const GAUGES: &[&str] = &[
     "block_size",
+    "backing.gone",
+    "backing.hung",
     "ram.blocks",
     "ram.bytes",
     "ram.cap_bytes",
@@ -86,6 +106,7 @@ pub const GAUGES: &[&str] = &[
     "ssd.write_burst",
     "ssd.cur_burst",
     "ssd.fill_bytes",
+    "ssd.live_bytes",
     "ssd.cap_bytes",
     "ssd.segments",
     "ssd.entries",
@@ -119,6 +140,7 @@ pub const GAUGES: &[&str] = &[
     "file_states",
     "open_files",
     "open_dirs",
+    "store_check_us",
     "ssd.queued_bytes",
     "pressure.target",
     "pressure.size",
@@ -170,11 +192,23 @@ pub struct StatsSnapshot {
     pub meta_listings: u64,
     #[serde(default)]
     pub meta_entry_stats: u64,
+    #[serde(default)]
+    pub meta_renewals: u64,
+    #[serde(default)]
+    pub cto_shared: u64,
+    #[serde(default)]
+    pub cto_checks: u64,
+    #[serde(default)]
+    pub cto_check_us: u64,
+    #[serde(default)]
+    pub store_check_us: u64,
     pub lazy_opens: u64,
     pub checked_opens: u64,
     #[serde(default)]
     pub unchanged_chowns: u64,
     pub prefetched_files: u64,
+    #[serde(default)]
+    pub prefetch_queued: u64,
     pub opens: u64,
     pub implicit_files: u64,
     /// Write-back counters; absent in write-through mode.
@@ -313,7 +347,8 @@ pub struct WbStats {
     pub hard_waits: u64,
     pub journal_full_waits: u64,
     pub enospc: u64,
-    /// Of `enospc`: the cache device had no room for the journal (not the store).
+    /// Writes the journal had no room for on the cache device (full), written through to
+    /// the store instead.
     #[serde(default)]
     pub journal_no_space: u64,
     pub replayed_writes: u64,

@@ -38,6 +38,8 @@ pub struct Adapter<S: Store> {
     pub notifier: Arc<OnceLock<Notifier>>,
     /// `fuse.direct_write_only`: see [`Adapter::open_flags`].
     pub direct_write_only: bool,
+    /// Requests that may wait for the store, answered EINTR if their caller is killed.
+    pub(crate) waiting: Arc<crate::killable::Waiting>,
 }
 
 fn errno(e: tierfs_fs::Errno) -> Errno {
@@ -136,7 +138,7 @@ fn created_reply(
 ) {
     match r {
         Ok((e, o)) => reply.created(
-            &at,
+            &at.min(e.valid),
             &file_attr(&e.attr),
             Generation(0),
             FileHandle(o.fh),
@@ -153,11 +155,11 @@ fn entry_reply(
     r: tierfs_fs::Result<tierfs_fs::Entry>,
 ) {
     match r {
-        // Attributes from the metadata cache are already `age` old: the kernel may trust
-        // them only for the rest of their time.
+        // The kernel may keep them for what is left of their trust in the metadata cache
+        // (none when it ran out: it then asks again before using them).
         Ok(e) => reply.entry_with_ttls(
-            &at.saturating_sub(e.age),
-            &et.saturating_sub(e.age),
+            &at.min(e.valid),
+            &et.min(e.valid),
             &file_attr(&e.attr),
             Generation(0),
         ),
@@ -225,12 +227,13 @@ impl<S: Store> Filesystem for Adapter<S> {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some((a, age)) = self.fs.getattr_fast(ino.0) {
-            return reply.attr(&self.ttls.attr.get().saturating_sub(age), &file_attr(&a));
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some((a, valid)) = self.fs.getattr_fast(ino.0) {
+            return reply.attr(&self.ttls.attr.get().min(valid), &file_attr(&a));
         }
-        self.spawn(move |fs, at, _| match fs.getattr_aged(ino.0) {
-            Ok((a, age)) => reply.attr(&at.saturating_sub(age), &file_attr(&a)),
+        let pid = req.pid();
+        self.spawn(move |fs, at, _| match fs.getattr_valid(ino.0, pid) {
+            Ok((a, valid)) => reply.attr(&at.min(valid), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         });
     }
@@ -275,7 +278,7 @@ impl<S: Store> Filesystem for Adapter<S> {
                     let fh = fh.map(|f| f.0);
                     return self.spawn(move |fs, at, _| {
                         match fs.setattr_dropping_privs(ino.0, fh, &set) {
-                            Ok(a) => reply.attr(&at, &file_attr(&a)),
+                            Ok(a) => reply.attr(&at.min(fs.own_change_valid()), &file_attr(&a)),
                             Err(e) => reply.error(errno(e)),
                         }
                     });
@@ -291,7 +294,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         }
         self.spawn(
             move |fs, at, _| match fs.setattr(ino.0, fh.map(|f| f.0), &set) {
-                Ok(a) => reply.attr(&at, &file_attr(&a)),
+                Ok(a) => reply.attr(&at.min(fs.own_change_valid()), &file_attr(&a)),
                 Err(e) => reply.error(errno(e)),
             },
         );
@@ -426,35 +429,47 @@ impl<S: Store> Filesystem for Adapter<S> {
                 return reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct);
             }
         }
-        let (notifier, pid) = (self.notifier.clone(), req.pid());
-        self.spawn(move |fs, _, _| match fs.open_by(ino.0, flags.0, pid) {
-            Ok(o) => {
-                if drops_privs {
-                    if let Err(e) = fs.kill_suidgid(ino.0, Some(o.fh)) {
-                        fs.release(o.fh);
-                        return reply.error(errno(e));
-                    }
+        let (notifier, pid, began) = (self.notifier.clone(), req.pid(), std::time::Instant::now());
+        let (slot, done) = self.waiting.register(pid, reply, |r| r.error(Errno::EINTR));
+        self.spawn(move |fs, _, _| {
+            let r = fs.open_at(ino.0, flags.0, pid, began);
+            drop(done);
+            let Some(reply) = slot.take() else {
+                // Its caller was killed and answered: nobody will release this one.
+                if let Ok(o) = r {
+                    fs.release(o.fh);
                 }
-                if o.attrs_stale || drops_privs {
-                    // Close-to-open: the file changed behind our back (or its mode, just
-                    // now), and the kernel would keep its old attributes, and clip reads to
-                    // the old size, until attr_ttl runs out.
-                    // Offset -1: attributes only; the page cache is dropped by the open
-                    // reply itself (no FOPEN_KEEP_CACHE). Sent before the reply, so the
-                    // caller's first read already asks for fresh attributes.
-                    if let Some(n) = notifier.get() {
-                        let _ = n.inval_inode(ino, -1, 0);
+                return;
+            };
+            match r {
+                Ok(o) => {
+                    if drops_privs {
+                        if let Err(e) = fs.kill_suidgid(ino.0, Some(o.fh)) {
+                            fs.release(o.fh);
+                            return reply.error(errno(e));
+                        }
                     }
+                    if o.attrs_stale || drops_privs {
+                        // Close-to-open: the file changed behind our back (or its mode, just
+                        // now), and the kernel would keep its old attributes, and clip reads to
+                        // the old size, until attr_ttl runs out.
+                        // Offset -1: attributes only; the page cache is dropped by the open
+                        // reply itself (no FOPEN_KEEP_CACHE). Sent before the reply, so the
+                        // caller's first read already asks for fresh attributes.
+                        if let Some(n) = notifier.get() {
+                            let _ = n.inval_inode(ino, -1, 0);
+                        }
+                    }
+                    reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct)
                 }
-                reply.opened(FileHandle(o.fh), keep_cache_flag(o.keep_cache) | direct)
+                Err(e) => reply.error(errno(e)),
             }
-            Err(e) => reply.error(errno(e)),
         });
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -473,9 +488,17 @@ impl<S: Store> Filesystem for Adapter<S> {
             return;
         }
         let Some(reply) = reply else { return };
-        self.spawn(move |fs, _, _| match fs.read(ino.0, fh.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+        let (slot, done) = self
+            .waiting
+            .register(req.pid(), reply, |r| r.error(Errno::EINTR));
+        self.spawn(move |fs, _, _| {
+            let r = fs.read(ino.0, fh.0, offset, size);
+            drop(done);
+            let Some(reply) = slot.take() else { return };
+            match r {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            }
         });
     }
 

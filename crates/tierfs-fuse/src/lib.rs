@@ -9,6 +9,7 @@
 mod adapter;
 mod attr;
 mod kernel_cache;
+mod killable;
 mod mount;
 mod plus;
 

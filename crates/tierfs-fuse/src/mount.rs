@@ -155,6 +155,7 @@ pub fn mount<S: Store>(
         ttls: ttls.clone(),
         notifier: notifier.clone(),
         direct_write_only: cfg.direct_write_only,
+        waiting: Default::default(),
     };
     let own_mount = unsafe { libc::geteuid() } == 0;
     let session = if own_mount {

@@ -40,7 +40,7 @@ pub(crate) fn fill_plus_page<S: Store>(
         }
         match lookup(&e.name) {
             Some(Ok(entry)) => {
-                let t = ttl.saturating_sub(entry.age);
+                let t = ttl.min(entry.valid);
                 if add(&mut reply, &e, &entry.attr, t) {
                     fs.forget(entry.attr.ino, 1);
                     break;

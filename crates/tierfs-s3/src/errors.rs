@@ -62,6 +62,19 @@ pub fn describe(e: &object_store::Error) -> String {
             format!("the server refused the credentials ({c})")
         }
         Some(c) => format!("the server answered {c}"),
+        // Nothing reached a server (a wrong endpoint, a port nothing listens on, a name that
+        // does not resolve): the innermost cause says which, the layers above it do not.
+        None if text.contains("error sending request") => {
+            let mut root: &dyn std::error::Error = e;
+            while let Some(s) = root.source() {
+                root = s;
+            }
+            let why = root.to_string();
+            format!(
+                "cannot reach the server: {}",
+                why.lines().next().unwrap_or_default()
+            )
+        }
         None => text
             .lines()
             .next()

@@ -14,6 +14,7 @@ mod attrs;
 mod config;
 mod ctx;
 mod errors;
+mod first;
 mod lineage;
 mod raw;
 mod staging;

@@ -45,6 +45,10 @@ pub(crate) struct State {
     pub remote: Attr,
     /// The name was unlinked: nothing more is uploaded.
     pub unlinked: bool,
+    /// A conflict kept our contents in the lost directory during an upload whose caller does
+    /// not report it to the application (a setattr: the kernel sends the times of a file it
+    /// caches writes for as one, and ignores its answer): the next fsync or close does.
+    pub unreported: Option<Errno>,
 }
 
 pub(crate) struct Staging {
@@ -71,6 +75,7 @@ impl Staging {
                 mtime: remote.mtime,
                 changes: 0,
                 unlinked: false,
+                unreported: None,
                 base,
                 remote,
             }),

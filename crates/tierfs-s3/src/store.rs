@@ -40,6 +40,8 @@ pub struct S3Handle {
     writable: bool,
     /// Where our own uploads stood when it was opened (see `lineage`).
     since: u64,
+    /// The object's first bytes, fetched by the open (see `first`).
+    first: Option<bytes::Bytes>,
     ctx: Arc<Ctx>,
 }
 
@@ -95,6 +97,18 @@ impl std::ops::Deref for S3Store {
 }
 
 impl S3Store {
+    /// fsync (`take`: it reports an earlier conflict once) and close: the object is durable
+    /// in the bucket when this returns (uploaded if staged).
+    fn publish(&self, h: &S3Handle, take: bool) -> Result<()> {
+        match &h.staging {
+            Some(s) => self.ctx.upload_reported(s, take),
+            None => {
+                tracing::debug!("S3 fsync of {}: a read handle, nothing staged", h.rel);
+                Ok(())
+            }
+        }
+    }
+
     /// Connects to the bucket and checks that it answers (one listing request), so a wrong
     /// endpoint, bucket or key is one clear error at mount time.
     pub fn open(cfg: S3Config) -> std::result::Result<S3Store, String> {
@@ -154,15 +168,6 @@ impl S3Store {
         } else {
             format!("{}/{name}", parent.rel).into()
         })
-    }
-
-    /// The attributes of object `rel` in the bucket (HEAD), with its ETag.
-    fn head(&self, rel: &str) -> Result<(Attr, Option<String>)> {
-        let key = self.key(rel)?;
-        let meta = self.run(self.client()?.s3.head(&key))?;
-        let mut a = object_attr(&meta, self.owner);
-        a.ino = key_ino(rel);
-        Ok((a, meta.e_tag))
     }
 
     /// `a`, or what our staged writes make of it (shown before they are uploaded).
@@ -283,6 +288,7 @@ impl S3Store {
             append: flags & libc::O_APPEND != 0,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0,
             since,
+            first: None,
             ctx: self.ctx.clone(),
         }
     }
@@ -428,6 +434,12 @@ impl Store for S3Store {
             rel: Self::child(parent, name).ok()?,
             kind,
         })
+    }
+
+    /// A HEAD: an open of an object the caches hold is checked without opening it (the
+    /// open's GET, see `first`, is for objects read from the store).
+    fn revalidate(&self, node: &S3Node) -> Option<Result<Attr>> {
+        (node.kind != FileKind::Dir).then(|| self.getattr(node))
     }
 
     fn getattr(&self, node: &S3Node) -> Result<Attr> {
@@ -609,8 +621,10 @@ impl Store for S3Store {
             a.ino = key_ino(&node.rel);
             return Ok(self.handle(node.rel.clone(), a, None, Some(s), flags, since));
         }
-        let (attr, etag) = self.head(&node.rel)?;
-        Ok(self.handle(node.rel.clone(), attr, etag, None, flags, since))
+        let (attr, etag, first) = self.open_read(&node.rel)?;
+        let mut h = self.handle(node.rel.clone(), attr, etag, None, flags, since);
+        h.first = first;
+        Ok(h)
     }
 
     /// A new object exists at once (an empty PUT with If-None-Match): other hosts and
@@ -668,6 +682,7 @@ impl Store for S3Store {
             buf.truncate(n);
             return Ok(buf.into());
         }
+        let at_open = followed.is_none() && h.staging.is_none();
         let (size, etag) = match &h.staging {
             Some(s) => {
                 let g = s.st.lock();
@@ -685,6 +700,17 @@ impl Store for S3Store {
         if offset >= end {
             return Ok(bytes::Bytes::new());
         }
+        // The start the open fetched, while the handle reads the version it opened.
+        let first = match &h.first {
+            Some(f) if at_open => crate::first::from_first(f, size, offset, len),
+            _ => None,
+        };
+        if let Some(b) = &first {
+            if b.len() as u64 == end - offset {
+                return Ok(b.clone());
+            }
+        }
+        let offset = offset + first.as_ref().map_or(0, |b| b.len() as u64);
         let key = self.key(&h.rel)?;
         let opts = GetOptions {
             range: Some(GetRange::Bounded(offset..end)),
@@ -697,6 +723,13 @@ impl Store for S3Store {
         if (bytes.len() as u64) < end - offset {
             // The object is shorter than the version we opened said: it changed.
             return Err(Errno::ESTALE);
+        }
+        if let Some(f) = first {
+            // (The one read that straddles the fetched start: put together once.)
+            let mut all = bytes::BytesMut::with_capacity(f.len() + bytes.len());
+            all.extend_from_slice(&f);
+            all.extend_from_slice(&bytes);
+            bytes = all.freeze();
         }
         bytes.truncate(len);
         Ok(bytes)
@@ -727,19 +760,17 @@ impl Store for S3Store {
 
     /// The object is durable in the bucket when this returns (uploaded if staged).
     fn fsync(&self, h: &S3Handle, _: bool) -> Result<()> {
-        match &h.staging {
-            Some(s) => self.upload(s),
-            None => {
-                tracing::debug!("S3 fsync of {}: a read handle, nothing staged", h.rel);
-                Ok(())
-            }
-        }
+        self.publish(h, true)
     }
 
     fn close(&self, h: &S3Handle) -> Result<()> {
-        self.fsync(h, false)
+        self.publish(h, false)
     }
 
+    /// S3's largest object: 5 TiB.
+    fn max_file_size(&self) -> u64 {
+        5 << 40
+    }
     fn publishes_at_sync(&self) -> bool {
         true
     }
@@ -775,6 +806,14 @@ impl Store for S3Store {
             .into_iter()
             .map(|(e, _)| e)
             .collect())
+    }
+
+    /// A LIST page gives 1,000 keys with their size, time and ETag.
+    fn may_hang(&self) -> bool {
+        true
+    }
+    fn listing_carries_attrs(&self) -> bool {
+        true
     }
 
     /// One delimited listing (object_store fetches its pages one after another) gives every

@@ -240,8 +240,34 @@ impl Ctx {
                 path.display()
             ),
         }
-        s.st.lock().dirty = false;
+        {
+            let mut g = s.st.lock();
+            g.dirty = false;
+            g.unreported = Some(ESTALE);
+        }
         ESTALE
+    }
+
+    /// [`Ctx::upload`] for fsync (`take`) and close, which answer the application: also a
+    /// conflict an earlier upload met and could not report (see `State::unreported`). As the
+    /// kernel's `errseq` does for a file's write errors, fsync reports it once and close
+    /// does not use it up: a close of a duplicate descriptor (a child process of the
+    /// application closing it at exec) must not take it from the application's fsync, which
+    /// was seen to succeed so (`tests/s3.rs`, two writers, under the whole suite).
+    pub(crate) fn upload_reported(&self, s: &Staging, take: bool) -> Result<()> {
+        let r = self.upload(s);
+        let unreported = {
+            let mut g = s.st.lock();
+            match take {
+                true => g.unreported.take(),
+                false => g.unreported,
+            }
+        };
+        match (r, unreported) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     /// `mkdir`: the zero-byte `dir/` marker (If-None-Match: an existing one is EEXIST).

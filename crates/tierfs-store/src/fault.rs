@@ -24,6 +24,9 @@ pub enum OpClass {
 #[derive(Default)]
 pub struct FaultConfig {
     latency_us: AtomicU64,
+    /// Latency added per entry of a listing with attributes, and per name of `stat_names`
+    /// (see [`FaultConfig::set_entry_latency`]).
+    entry_latency_us: AtomicU64,
     /// Latency added to one class of operations only (see [`FaultConfig::set_class_latency`]).
     class_latency_us: [AtomicU64; 3],
     errno: [AtomicI32; 3],
@@ -49,6 +52,20 @@ impl FaultConfig {
     pub fn set_latency(&self, d: Duration) {
         self.latency_us
             .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+    /// Adds this much latency per entry of a listing with attributes, and per name whose
+    /// attributes are asked for: a store where each entry's attributes are a request of their
+    /// own (a network filesystem whose client's cache expired), so that listing a large
+    /// directory takes longer than what it returns is trusted for.
+    pub fn set_entry_latency(&self, d: Duration) {
+        self.entry_latency_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+    fn entries_wait(&self, n: usize) {
+        let lat = self.entry_latency_us.load(Ordering::Relaxed);
+        if lat > 0 && n > 0 {
+            std::thread::sleep(Duration::from_micros(lat * n as u64));
+        }
     }
     /// Adds this much latency to the operations of `class` alone (the larger of this and
     /// [`FaultConfig::set_latency`] applies): a store slow to make objects whose lookups
@@ -296,6 +313,18 @@ impl<S: Store> Store for FaultStore<S> {
     fn child_node(&self, parent: &S::Node, name: &OsStr, kind: crate::FileKind) -> Option<S::Node> {
         self.inner.child_node(parent, name, kind)
     }
+    fn open_child(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        flags: i32,
+    ) -> Option<Result<crate::Opened<S::Node, S::Handle>>> {
+        if let Err(e) = self.faults.enter(Meta) {
+            return Some(Err(e));
+        }
+        let r = self.inner.open_child(parent, name, flags)?;
+        Some(r.map(|(n, a, h)| (n, self.renum(a), h)))
+    }
     fn open(&self, node: &S::Node, flags: i32) -> Result<S::Handle> {
         self.faults.enter(Meta)?;
         self.inner.open(node, flags)
@@ -315,6 +344,12 @@ impl<S: Store> Store for FaultStore<S> {
     }
     fn publishes_at_sync(&self) -> bool {
         self.inner.publishes_at_sync()
+    }
+    fn max_file_size(&self) -> u64 {
+        self.inner.max_file_size()
+    }
+    fn may_hang(&self) -> bool {
+        self.inner.may_hang()
     }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
@@ -387,7 +422,11 @@ impl<S: Store> Store for FaultStore<S> {
     }
     fn readdir_plus(&self, node: &S::Node) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         self.faults.enter(Meta)?;
-        self.inner.readdir_plus(node).map(|v| {
+        let r = self.inner.readdir_plus(node);
+        if let Ok(v) = &r {
+            self.faults.entries_wait(v.len());
+        }
+        r.map(|v| {
             v.into_iter()
                 .map(|(e, a)| (self.renum_entry(e), a.map(|a| self.renum(a))))
                 .collect()
@@ -396,10 +435,14 @@ impl<S: Store> Store for FaultStore<S> {
     fn names_list_cheaper(&self) -> bool {
         self.inner.names_list_cheaper()
     }
+    fn listing_carries_attrs(&self) -> bool {
+        self.inner.listing_carries_attrs()
+    }
     fn stat_names(&self, node: &S::Node, names: &[OsString]) -> Vec<Option<Attr>> {
         if self.faults.enter(Meta).is_err() {
             return vec![None; names.len()];
         }
+        self.faults.entries_wait(names.len());
         self.inner
             .stat_names(node, names)
             .into_iter()
@@ -413,6 +456,17 @@ impl<S: Store> Store for FaultStore<S> {
     fn getxattr(&self, node: &S::Node, name: &OsStr) -> Result<Vec<u8>> {
         self.faults.enter(Meta)?;
         self.inner.getxattr(node, name)
+    }
+    fn getxattr_at(
+        &self,
+        parent: &S::Node,
+        name: &OsStr,
+        xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        if let Err(e) = self.faults.enter(Meta) {
+            return Some(Err(e));
+        }
+        self.inner.getxattr_at(parent, name, xname)
     }
     fn setxattr(&self, node: &S::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         self.faults.enter(Write)?;

@@ -9,7 +9,9 @@ mod attr;
 mod errno;
 mod fault;
 mod identity;
+mod max_size;
 mod posix;
+mod posix_sys;
 mod stat_fanout;
 mod store_id;
 
@@ -21,11 +23,16 @@ pub use bytes::Bytes;
 pub use errno::{Errno, Result};
 pub use fault::{FaultConfig, FaultStore, OpClass};
 pub use identity::{Identity, IdentityChoice};
-pub use posix::{PosixHandle, PosixNode, PosixStore};
+pub use posix::PosixStore;
+pub use posix_sys::{PosixHandle, PosixNode};
 pub use stat_fanout::{NamesFirst, StatFanout, STAT_CONCURRENCY};
 pub use store_id::readable_id;
 
 use std::ffi::{OsStr, OsString};
+
+/// What [`Store::open_child`] gives: the object's node, the attributes the open found, and
+/// the handle.
+pub type Opened<N, H> = (N, Attr, H);
 
 /// Owner to give a newly created object: `(uid, gid)`; `None` keeps the store's default.
 pub type Owner = Option<(u32, u32)>;
@@ -128,6 +135,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<()>;
     /// Opens an existing file. `flags` are open(2) flags as the application gave them.
     fn open(&self, node: &Self::Node, flags: i32) -> Result<Self::Handle>;
+    /// Opens the regular file `name` of directory `parent` without its node (an inode learnt
+    /// from a listing has none): the node, the attributes the open found and the handle;
+    /// None (the default) where the store wants the node first. On a filesystem resolving
+    /// the node is a path walk and a stat of its own before the open's.
+    fn open_child(
+        &self,
+        _parent: &Self::Node,
+        _name: &OsStr,
+        _flags: i32,
+    ) -> Option<Result<Opened<Self::Node, Self::Handle>>> {
+        None
+    }
     /// Opens a file to write data that was made on version `base` of it (the write-back
     /// flusher: the fingerprint the application's writes were made on). A store that can
     /// tell versions apart at upload (S3, by ETag) refuses to let that data overwrite another
@@ -149,6 +168,18 @@ pub trait Store: Send + Sync + 'static {
     /// the file's version changes there, not at each write, and a write-back flusher syncs a
     /// file once it is complete rather than after each flush group.
     fn publishes_at_sync(&self) -> bool {
+        false
+    }
+    /// The largest file the store takes, in bytes (u64::MAX: not known, the store answers).
+    /// Write-back answers EFBIG past it at the write or truncate, as the store would:
+    /// acknowledged, it would only fail at the flush.
+    fn max_file_size(&self) -> u64 {
+        u64::MAX
+    }
+    /// The store can hang rather than fail (a server that stops answering: a network
+    /// filesystem, a FUSE mount, a bucket or an sftp server): the calls a cache can answer
+    /// for get a deadline (`store.timeout`), past which what is cached is served.
+    fn may_hang(&self) -> bool {
         false
     }
     /// A directory's attributes follow the names in it: a create or unlink there moves its
@@ -229,6 +260,16 @@ pub trait Store: Send + Sync + 'static {
     fn names_list_cheaper(&self) -> bool {
         false
     }
+    /// Whether [`Store::readdir_plus`] is one request stream that brings every entry's
+    /// attributes with its name (an S3 LIST: 1,000 keys with size, time and ETag per page; an
+    /// sftp READDIR: a page of names with their attributes), so that one listing revalidates
+    /// the whole directory for about the price of one request. False where each entry's
+    /// attributes are a request of their own (a filesystem: an `fstatat` per entry, a round
+    /// trip each over NFS or sshfs once their client's cache expired): there an expired entry
+    /// is revalidated alone, never by listing its directory again.
+    fn listing_carries_attrs(&self) -> bool {
+        false
+    }
     /// The attributes of `names` in directory `node` (None: gone, or failed), with many
     /// requests in flight where the store can: what [`Store::readdir_plus`] adds to a
     /// listing, for the entries asked for. The default asks one after another.
@@ -240,6 +281,18 @@ pub trait Store: Send + Sync + 'static {
     }
     fn statfs(&self, node: &Self::Node) -> Result<StatFs>;
     fn getxattr(&self, node: &Self::Node, name: &OsStr) -> Result<Vec<u8>>;
+    /// [`Store::getxattr`] of `name` in directory `parent`, without its node: None (the
+    /// default) where the store needs the node. `ls -l` asks for every file's ACL, and an
+    /// inode learnt from a listing would first need a lookup for its node: two requests per
+    /// file where the store alone makes one.
+    fn getxattr_at(
+        &self,
+        _parent: &Self::Node,
+        _name: &OsStr,
+        _xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        None
+    }
     fn setxattr(&self, node: &Self::Node, name: &OsStr, value: &[u8], flags: i32) -> Result<()>;
     /// NUL-separated list of names, as listxattr(2) returns it.
     fn listxattr(&self, node: &Self::Node) -> Result<Vec<u8>>;

@@ -7,72 +7,17 @@
 //! descriptor's own `/proc/self/fd/N` entry, which names exactly that inode.
 
 use crate::identity::{decide, mount_of};
+use crate::posix_sys::*;
 use crate::stat_fanout::StatFanout;
 use crate::{
     Attr, DirEntry, Errno, Identity, IdentityChoice, Owner, Result, SetAttr, StatFs, Store,
-    TimeUpdate,
 };
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
-
-/// A backing object: an `O_PATH` descriptor, valid across renames of the object.
-#[derive(Clone, Debug)]
-pub struct PosixNode(Arc<NodeFd>);
-
-#[derive(Debug)]
-struct NodeFd {
-    fd: OwnedFd,
-    /// Whether the object is a symlink, once an fstat has shown it (0 unknown, 1 no, 2 yes):
-    /// an object never changes kind, and setattr needs to know without an fstat of its own
-    /// (each is a round trip on NFS).
-    symlink: std::sync::atomic::AtomicU8,
-}
-
-impl PosixNode {
-    fn new(fd: OwnedFd) -> PosixNode {
-        PosixNode(Arc::new(NodeFd {
-            fd,
-            symlink: std::sync::atomic::AtomicU8::new(0),
-        }))
-    }
-    fn fd(&self) -> RawFd {
-        self.0.fd.as_raw_fd()
-    }
-    fn proc_path(&self) -> CString {
-        proc_path(self.fd())
-    }
-    /// fstat of the object; remembers whether it is a symlink.
-    fn stat(&self) -> Result<Attr> {
-        let a = fstat_fd(self.fd())?;
-        let v = if a.kind == crate::FileKind::Symlink {
-            2
-        } else {
-            1
-        };
-        self.0
-            .symlink
-            .store(v, std::sync::atomic::Ordering::Relaxed);
-        Ok(a)
-    }
-    fn is_symlink(&self) -> Result<bool> {
-        match self.0.symlink.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => Ok(self.stat()?.kind == crate::FileKind::Symlink),
-            v => Ok(v == 2),
-        }
-    }
-}
-
-/// An open backing file.
-#[derive(Debug)]
-pub struct PosixHandle {
-    file: File,
-    append: bool,
-}
 
 pub struct PosixStore {
     id: String,
@@ -92,199 +37,8 @@ pub struct PosixStore {
     stat_fanout: StatFanout,
     /// `store.names_first`, decided at mount ([`PosixStore::set_names_first`]).
     names_first: std::sync::atomic::AtomicBool,
-}
-
-/// chown of the object itself (a symlink too, never its target); u32::MAX keeps a field.
-fn fchown_node(node: &PosixNode, uid: u32, gid: u32) -> Result<()> {
-    let empty = c"";
-    cvt(unsafe {
-        libc::fchownat(
-            node.fd(),
-            empty.as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(())
-}
-
-fn cvt(ret: libc::c_int) -> Result<libc::c_int> {
-    if ret < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(ret)
-    }
-}
-
-fn proc_path(fd: RawFd) -> CString {
-    CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in a number")
-}
-
-/// One path component, as the kernel sends it. Anything that could walk elsewhere is refused.
-fn component(name: &OsStr) -> Result<CString> {
-    let b = name.as_bytes();
-    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
-        return Err(Errno::EINVAL);
-    }
-    CString::new(b).map_err(|_| Errno::EINVAL)
-}
-
-fn fstat_fd(fd: RawFd) -> Result<Attr> {
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let empty = c"";
-    cvt(unsafe {
-        libc::fstatat(
-            fd,
-            empty.as_ptr(),
-            &mut st,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(Attr::from_stat(&st))
-}
-
-/// Attributes of `name` in directory `dirfd` (not following a symlink).
-fn stat_at(dirfd: RawFd, name: &CStr) -> Result<Attr> {
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
-    Ok(Attr::from_stat(&st))
-}
-
-/// Attributes of `fd` fresh from the filesystem's server: `AT_STATX_FORCE_SYNC` makes an NFS
-/// client revalidate (one GETATTR, what its own close-to-open check at open(2) costs) and a
-/// FUSE client ask its daemon; a local filesystem answers as for fstat.
-fn statx_sync_fd(fd: RawFd) -> Result<Attr> {
-    let mut x: libc::statx = unsafe { std::mem::zeroed() };
-    let empty = c"";
-    cvt(unsafe {
-        libc::statx(
-            fd,
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC,
-            libc::STATX_BASIC_STATS,
-            &mut x,
-        )
-    })?;
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    st.st_dev = libc::makedev(x.stx_dev_major, x.stx_dev_minor);
-    st.st_ino = x.stx_ino;
-    st.st_mode = x.stx_mode as libc::mode_t;
-    st.st_nlink = x.stx_nlink as _;
-    st.st_uid = x.stx_uid;
-    st.st_gid = x.stx_gid;
-    st.st_rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
-    st.st_size = x.stx_size as _;
-    st.st_blocks = x.stx_blocks as _;
-    st.st_blksize = x.stx_blksize as _;
-    st.st_atime = x.stx_atime.tv_sec;
-    st.st_atime_nsec = x.stx_atime.tv_nsec as _;
-    st.st_mtime = x.stx_mtime.tv_sec;
-    st.st_mtime_nsec = x.stx_mtime.tv_nsec as _;
-    st.st_ctime = x.stx_ctime.tv_sec;
-    st.st_ctime_nsec = x.stx_ctime.tv_nsec as _;
-    Ok(Attr::from_stat(&st))
-}
-
-fn open_path_at(dirfd: RawFd, name: &CStr) -> Result<PosixNode> {
-    let fd = cvt(unsafe {
-        libc::openat(
-            dirfd,
-            name.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    })?;
-    Ok(PosixNode::new(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
-/// Gives a new object in `parent` its creator as owner.
-fn chown_node(parent: &PosixNode, node: &PosixNode, owner: Owner) -> Result<()> {
-    if let Some((uid, mut gid)) = owner {
-        // Created by the daemon's own identity (root mounting for root, a user for
-        // themselves): the object already has that owner, or the setgid directory's group,
-        // which is what the code below would keep. No fstat, no chown: two round trips less
-        // per file on NFS (an untar creates thousands).
-        // SAFETY: plain syscalls without arguments.
-        if (uid, gid) == unsafe { (libc::geteuid(), libc::getegid()) } {
-            return Ok(());
-        }
-        // chown(2) clears S_ISUID/S_ISGID of a non-directory, even when done by root and even
-        // when the owner does not change: a file created with mode 04755 came out 0755 (found by
-        // tests/model.rs). So: no chown when the owner is already right, and otherwise the
-        // bits the creator asked for (the kernel has already stripped what it must) are put
-        // back afterwards.
-        let before = node.stat()?;
-        // In a setgid directory a new object takes the directory's group, which the backing
-        // filesystem has already given it, not the creator's (tests/model.rs caught files in a
-        // setgid directory of group 1000 coming out group 0).
-        if fstat_fd(parent.fd())?.perm & libc::S_ISGID as u16 != 0 {
-            gid = before.gid;
-        }
-        if (before.uid, before.gid) == (uid, gid) {
-            return Ok(());
-        }
-        fchown_node(node, uid, gid)?;
-        if before.kind != crate::FileKind::Symlink && before.perm as u32 & crate::SUID_SGID != 0 {
-            cvt(unsafe { libc::chmod(node.proc_path().as_ptr(), before.perm as libc::mode_t) })?;
-        }
-    }
-    Ok(())
-}
-
-fn timespec(t: Option<TimeUpdate>) -> libc::timespec {
-    match t {
-        None => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        Some(TimeUpdate::Now) => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
-        },
-        Some(TimeUpdate::Set(ts)) => libc::timespec {
-            tv_sec: ts.sec,
-            tv_nsec: ts.nsec as i64,
-        },
-    }
-}
-
-/// A readable descriptor of the directory `node` (an O_PATH descriptor cannot be listed or
-/// synced).
-fn open_dir(node: &PosixNode) -> Result<RawFd> {
-    let dot = c".";
-    cvt(unsafe {
-        libc::openat(
-            node.fd(),
-            dot.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })
-}
-
-/// A directory stream of a node, closed when dropped.
-struct DirStream(*mut libc::DIR);
-
-impl DirStream {
-    fn open(node: &PosixNode) -> Result<DirStream> {
-        let fd = open_dir(node)?;
-        let dir = unsafe { libc::fdopendir(fd) };
-        if dir.is_null() {
-            let e = Errno::last();
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
-        Ok(DirStream(dir))
-    }
-
-    fn fd(&self) -> RawFd {
-        unsafe { libc::dirfd(self.0) }
-    }
-}
-
-impl Drop for DirStream {
-    fn drop(&mut self) {
-        unsafe { libc::closedir(self.0) };
-    }
+    /// The largest file BACKING's filesystem takes (`max_size`).
+    max_file: u64,
 }
 
 impl PosixStore {
@@ -363,7 +117,9 @@ impl PosixStore {
             IdentityChoice::Inode => (Identity::Inode, "store.identity=inode".into()),
             IdentityChoice::Path => (Identity::Path, "store.identity=path".into()),
         };
+        let (max_file, _) = crate::max_size::probe(root.fd());
         Ok(PosixStore {
+            max_file,
             id: store_id_for(&canon),
             path: canon,
             root: parking_lot::RwLock::new(root),
@@ -436,79 +192,6 @@ impl PosixStore {
     }
 }
 
-/// Up to `limit` entries of an open directory stream (not `.` and `..`): name, inode number
-/// and type where the filesystem says.
-fn read_names(
-    dir: &DirStream,
-    limit: usize,
-) -> Result<Vec<(CString, u64, Option<crate::FileKind>)>> {
-    let mut names = Vec::new();
-    while names.len() < limit {
-        // readdir signals errors only through errno.
-        unsafe { *libc::__errno_location() = 0 };
-        let ent = unsafe { libc::readdir64(dir.0) };
-        if ent.is_null() {
-            let e = unsafe { *libc::__errno_location() };
-            return if e != 0 { Err(Errno(e)) } else { Ok(names) };
-        }
-        let ent = unsafe { &*ent };
-        let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) };
-        if name.to_bytes() == b"." || name.to_bytes() == b".." {
-            continue;
-        }
-        names.push((
-            name.to_owned(),
-            ent.d_ino,
-            crate::FileKind::from_dirent_type(ent.d_type),
-        ));
-    }
-    Ok(names)
-}
-
-/// fstatfs of a descriptor (an `O_PATH` one works); only whether it answers matters here.
-fn fstatfs_fd(fd: RawFd) -> Result<()> {
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `st` is a valid out-pointer for one statfs.
-    cvt(unsafe { libc::fstatfs(fd, st.as_mut_ptr()) })?;
-    Ok(())
-}
-
-/// Runs `finish` (the rest of an operation that has just made `parent/c`: its node, owner and
-/// attributes); if that fails, removes what was made, so the operation either happened whole
-/// or not at all. A retry must not find a half-made object: the write-back flusher retries a
-/// create that failed for want of a descriptor (EMFILE), and found EEXIST (its own file)
-/// when the first attempt had made the file and failed to open its node.
-fn undo_on_error<T>(
-    parent: &PosixNode,
-    c: &CString,
-    dir: bool,
-    finish: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    let r = finish();
-    if r.is_err() {
-        let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
-        // SAFETY: a valid descriptor and NUL-terminated name.
-        unsafe { libc::unlinkat(parent.fd(), c.as_ptr(), flags) };
-    }
-    r
-}
-
-/// An `O_PATH` descriptor of the directory at `path`.
-fn open_root(path: &Path) -> std::io::Result<PosixNode> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("backing path contains NUL"))?;
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(PosixNode::new(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
 /// A readable, stable identity for a directory store: its path as a slug plus a hash of the
 /// full path, e.g. `mnt-nfs-data-5f2c0e1a9d3b7c44`.
 pub fn store_id_for(canon: &Path) -> String {
@@ -517,6 +200,28 @@ pub fn store_id_for(canon: &Path) -> String {
 }
 
 impl Store for PosixStore {
+    fn max_file_size(&self) -> u64 {
+        self.max_file
+    }
+    /// A FUSE mount (sshfs, rclone, bindfs) or a network filesystem: its server can stop
+    /// answering. A local disk's filesystem fails rather than hangs.
+    fn may_hang(&self) -> bool {
+        let t = self.fstype.as_str();
+        t.starts_with("fuse")
+            || t.starts_with("nfs")
+            || matches!(
+                t,
+                "cifs"
+                    | "smb3"
+                    | "smbfs"
+                    | "9p"
+                    | "ceph"
+                    | "glusterfs"
+                    | "afs"
+                    | "lustre"
+                    | "unknown"
+            )
+    }
     type Node = PosixNode;
     type Handle = PosixHandle;
 
@@ -560,10 +265,13 @@ impl Store for PosixStore {
         Ok(crate::Reconnect::New)
     }
 
+    /// The attributes come from the filesystem's server (`AT_STATX_FORCE_SYNC`), not from
+    /// an NFS or FUSE client's attribute cache: tierfs asks only once its own trust in what
+    /// it cached ran out, and a lookup's answer is an open's close-to-open check.
     fn lookup(&self, parent: &PosixNode, name: &OsStr) -> Result<(PosixNode, Attr)> {
         let c = component(name)?;
         let node = open_path_at(parent.fd(), &c)?;
-        let attr = node.stat()?;
+        let attr = node.stat_sync()?;
         Ok((node, attr))
     }
 
@@ -788,6 +496,18 @@ impl Store for PosixStore {
         })
     }
 
+    /// `openat` of the name with the caller's flags (never following a symlink, and
+    /// non-blocking until the fstat has said it is a regular file: a FIFO put there behind
+    /// our back would hang the open), then the node from the open file itself.
+    fn open_child(
+        &self,
+        parent: &PosixNode,
+        name: &OsStr,
+        flags: i32,
+    ) -> Option<Result<crate::Opened<PosixNode, PosixHandle>>> {
+        Some(open_child_at(parent, name, flags))
+    }
+
     fn create(
         &self,
         parent: &PosixNode,
@@ -805,13 +525,7 @@ impl Store for PosixStore {
         let file = unsafe { File::from_raw_fd(fd) };
         let finish = || {
             // The node is taken from the open file itself, so it is the very inode we created.
-            let pfd = cvt(unsafe {
-                libc::open(
-                    proc_path(file.as_raw_fd()).as_ptr(),
-                    libc::O_PATH | libc::O_CLOEXEC,
-                )
-            })?;
-            let node = PosixNode::new(unsafe { OwnedFd::from_raw_fd(pfd) });
+            let node = PosixNode::of_file(&file)?;
             chown_node(parent, &node, owner)?;
             let attr = node.stat()?;
             Ok((node, attr))
@@ -1052,27 +766,29 @@ impl Store for PosixStore {
     }
 
     fn getxattr(&self, node: &PosixNode, name: &OsStr) -> Result<Vec<u8>> {
-        let n = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        let p = xattr_path(node)?;
-        loop {
-            let size = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
-            if size < 0 {
-                return Err(Errno::last());
-            }
-            let mut buf = vec![0u8; size as usize];
-            let got = unsafe {
-                libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-            };
-            if got < 0 {
-                let e = Errno::last();
-                if e == Errno::ERANGE {
-                    continue; // grew in between
-                }
-                return Err(e);
-            }
-            buf.truncate(got as usize);
-            return Ok(buf);
-        }
+        get_xattr(&xattr_path(node)?, name, false)
+    }
+
+    /// Through the directory's descriptor and one name component (`lgetxattr` of
+    /// `/proc/self/fd/N/NAME`): the name cannot lead out of the store, and a symlink's own
+    /// attributes are read, never its target's.
+    fn getxattr_at(
+        &self,
+        parent: &PosixNode,
+        name: &OsStr,
+        xname: &OsStr,
+    ) -> Option<Result<Vec<u8>>> {
+        let c = match component(name) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut p = parent.proc_path().into_bytes();
+        p.push(b'/');
+        p.extend_from_slice(c.as_bytes());
+        Some(match CString::new(p) {
+            Ok(p) => get_xattr(&p, xname, true),
+            Err(_) => Err(Errno::EINVAL),
+        })
     }
 
     fn setxattr(&self, node: &PosixNode, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
@@ -1125,6 +841,34 @@ impl Store for PosixStore {
 /// Extended attributes are reached through /proc (Linux has no f*xattr on O_PATH descriptors).
 /// The /proc link of a symlink node would name the link itself; Linux allows no user xattrs
 /// on symlinks anyway, so they are reported as having none.
+/// getxattr(2) (lgetxattr with `nofollow`) of `name` on `path`, into a buffer of its size.
+fn get_xattr(path: &CString, name: &OsStr, nofollow: bool) -> Result<Vec<u8>> {
+    let n = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let call = |buf: *mut libc::c_void, len: usize| unsafe {
+        match nofollow {
+            true => libc::lgetxattr(path.as_ptr(), n.as_ptr(), buf, len),
+            false => libc::getxattr(path.as_ptr(), n.as_ptr(), buf, len),
+        }
+    };
+    loop {
+        let size = call(std::ptr::null_mut(), 0);
+        if size < 0 {
+            return Err(Errno::last());
+        }
+        let mut buf = vec![0u8; size as usize];
+        let got = call(buf.as_mut_ptr().cast(), buf.len());
+        if got < 0 {
+            let e = Errno::last();
+            if e == Errno::ERANGE {
+                continue; // grew in between
+            }
+            return Err(e);
+        }
+        buf.truncate(got as usize);
+        return Ok(buf);
+    }
+}
+
 fn xattr_path(node: &PosixNode) -> Result<CString> {
     // The kind as known from the lookup: the kernel asks for `security.capability` before
     // every write by root, and an fstat for each ask was a store round trip per write.
@@ -1135,150 +879,5 @@ fn xattr_path(node: &PosixNode) -> Result<CString> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn symlink_is_not_followed_out_of_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/etc", dir.path().join("escape")).unwrap();
-        let store = PosixStore::open(dir.path()).unwrap();
-        let (root, _) = store.root().unwrap();
-        let (node, attr) = store.lookup(&root, OsStr::new("escape")).unwrap();
-        assert_eq!(attr.kind, crate::FileKind::Symlink);
-        assert_eq!(store.readlink(&node).unwrap(), OsString::from("/etc"));
-        // Resolving a name through the symlink is refused: it is not a directory to us.
-        assert_eq!(
-            store.lookup(&node, OsStr::new("passwd")).unwrap_err(),
-            Errno::ENOTDIR
-        );
-        assert_eq!(store.open(&node, libc::O_RDONLY).unwrap_err(), Errno::ELOOP);
-        assert!(store.readdir(&node).is_err());
-    }
-
-    /// Run in a child process (the descriptor limit is the whole process's): with room for
-    /// exactly one more descriptor, each create makes its object and then cannot open the
-    /// object's node (EMFILE). Then nothing may be left at the name, or the retry finds EEXIST.
-    #[test]
-    fn a_create_that_fails_halfway_leaves_nothing() {
-        const CHILD: &str = "TIERFS_EMFILE_CHILD";
-        if let Some(dir) = std::env::var_os(CHILD) {
-            let store = PosixStore::open(std::path::Path::new(&dir)).unwrap();
-            let (root, _) = store.root().unwrap();
-            let mut was = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut was) }, 0);
-            let lim = libc::rlimit {
-                rlim_cur: 256.min(was.rlim_cur),
-                rlim_max: was.rlim_max,
-            };
-            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
-            // Every descriptor taken, then as many given back as the step before the node
-            // needs: one for create (its open file), none for the others.
-            let mut fill = Vec::new();
-            while let Ok(f) = std::fs::File::open("/dev/null") {
-                fill.push(f);
-            }
-            fill.pop();
-            let f = libc::O_WRONLY | libc::O_EXCL;
-            let mut made = vec![store.create(&root, OsStr::new("f"), 0o644, f, None).err()];
-            fill.push(std::fs::File::open("/dev/null").unwrap());
-            made.extend([
-                store.mkdir(&root, OsStr::new("d"), 0o755, None).err(),
-                store
-                    .symlink(&root, OsStr::new("s"), OsStr::new("t"), None)
-                    .err(),
-                store
-                    .mknod(&root, OsStr::new("n"), libc::S_IFIFO | 0o644, 0, None)
-                    .err(),
-            ]);
-            drop(fill);
-            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &was) }, 0);
-            assert_eq!(made, [Some(Errno(libc::EMFILE)); 4]);
-            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-            assert!(left.is_empty(), "left behind: {left:?}");
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "posix::tests::a_create_that_fails_halfway_leaves_nothing",
-            ])
-            .env(CHILD, dir.path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && text.contains("1 passed"), "{text}");
-    }
-
-    #[test]
-    fn dot_dot_and_slashes_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = PosixStore::open(dir.path()).unwrap();
-        let (root, _) = store.root().unwrap();
-        for bad in ["..", ".", "a/b", "../etc", ""] {
-            assert_eq!(
-                store.lookup(&root, OsStr::new(bad)).unwrap_err(),
-                Errno::EINVAL,
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn node_survives_rename() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a"), b"hello").unwrap();
-        let store = PosixStore::open(dir.path()).unwrap();
-        let (root, _) = store.root().unwrap();
-        let (node, a1) = store.lookup(&root, OsStr::new("a")).unwrap();
-        store
-            .rename(&root, OsStr::new("a"), &root, OsStr::new("b"), 0)
-            .unwrap();
-        let h = store.open(&node, libc::O_RDONLY).unwrap();
-        let mut buf = [0u8; 5];
-        assert_eq!(store.read(&h, 0, &mut buf).unwrap(), 5);
-        assert_eq!(&buf, b"hello");
-        assert_eq!(store.getattr(&node).unwrap().ino, a1.ino);
-    }
-
-    /// The many-at-a-time path of a listing's stats gives what the one-by-one path gives.
-    #[test]
-    fn parallel_listing_stats_match_serial_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        for i in 0..300 {
-            std::fs::write(dir.path().join(format!("f{i}")), vec![0u8; i]).unwrap();
-        }
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let serial = PosixStore::open(dir.path()).unwrap();
-        let mut parallel = PosixStore::open(dir.path()).unwrap();
-        parallel.stat_fanout = StatFanout::new(crate::STAT_CONCURRENCY, std::time::Duration::ZERO);
-        let list = |s: &PosixStore| {
-            let (root, _) = s.root().unwrap();
-            let mut v: Vec<_> = s
-                .readdir_plus(&root)
-                .unwrap()
-                .into_iter()
-                .map(|(e, a)| (e.name, e.kind, a.map(|a| (a.ino, a.size, a.kind))))
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
-        let (a, b) = (list(&serial), list(&parallel));
-        assert_eq!(a.len(), 301);
-        assert!(a.iter().all(|(_, _, attr)| attr.is_some()));
-        assert_eq!(a, b);
-    }
-
-    #[test]
-    fn store_id_is_stable_and_readable() {
-        let id = store_id_for(Path::new("/mnt/nfs/data"));
-        assert!(id.starts_with("mnt-nfs-data-"), "{id}");
-        assert_eq!(id, store_id_for(Path::new("/mnt/nfs/data")));
-        assert_ne!(id, store_id_for(Path::new("/mnt/nfs/dat")));
-    }
-}
+#[path = "posix_tests.rs"]
+mod tests;

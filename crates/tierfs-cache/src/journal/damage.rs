@@ -11,7 +11,7 @@
 
 use super::error::io_err;
 use super::format::{self, get_u16, get_u64, HeaderCheck, DATA_FIXED, HDR, KIND_DATA};
-use super::replay::PendingWrite;
+use super::pending::PendingWrite;
 use super::space::Key;
 use super::{io, FileRef, JournalError};
 use rustc_hash::{FxHashMap, FxHashSet};

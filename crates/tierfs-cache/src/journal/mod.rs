@@ -13,14 +13,18 @@
 //!   deleted, oldest first, once every DATA record in it is covered by a durable DONE/DROP.
 //! - `open` replays: it checks every record and hands back the writes that are still pending.
 
+mod config;
 mod damage;
 mod error;
 mod format;
 mod inspect;
 mod io;
+mod open;
+mod pending;
 mod record;
 mod replay;
 mod space;
+mod state;
 mod stats;
 mod superblock;
 mod writer;
@@ -28,6 +32,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use config::JournalConfig;
 pub use damage::Damage;
 pub use error::JournalError;
 pub use format::{FileRef, Record, MAX_NS, MAX_PATH, NS_KEY};
@@ -35,11 +40,14 @@ pub use inspect::{JournalReport, JournalState};
 pub use replay::{PendingNs, PendingWrite, Replay};
 pub use stats::JournalStats;
 
+#[cfg(test)]
+use config::MIB;
 use error::io_err;
 use format::{Decoded, HeaderCheck, Prepared, DATA_FIXED, HDR, SEAL_LEN};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use replay::seg_name;
 use space::{Key, Space};
+use state::*;
 use stats::Counters;
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -48,308 +56,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
-
-/// Settings of the journal.
-#[derive(Clone, Debug)]
-pub struct JournalConfig {
-    /// Size of a segment file (preallocated). Space is reclaimed a segment at a time.
-    pub segment_size: u64,
-    /// Capacity: the most bytes of segment files holding DATA. A DATA append beyond it returns
-    /// `Full`; DONE and DROP may take one more segment (they are what frees space).
-    pub max_size: u64,
-    /// Bytes of appended records waiting for the writer beyond which `append` blocks.
-    pub max_buffer: u64,
-    /// The writer fdatasyncs at least this often while records are unsynced, so DONEs free
-    /// space and a crash loses a bounded amount even when no one calls `sync`.
-    pub sync_interval: Duration,
-}
-
-impl Default for JournalConfig {
-    fn default() -> Self {
-        JournalConfig {
-            // 64 MiB: a segment holds 64 full 1 MiB writes, so the rollover fdatasync and the
-            // creation of the next file are rare; small enough to free space steadily.
-            segment_size: 64 * MIB,
-            // 1 GiB of dirty data not yet on the backing store: 16 segments.
-            max_size: 1024 * MIB,
-            // 16 MiB: a few hundred ms of a slow disk, large enough not to stall bursts.
-            max_buffer: 16 * MIB,
-            sync_interval: Duration::from_secs(1),
-        }
-    }
-}
-
-impl JournalConfig {
-    pub fn validate(&self) -> Result<(), JournalError> {
-        let bad = |m: String| Err(JournalError::Config(m));
-        if self.segment_size < 4 * MIB {
-            return bad(format!(
-                "segment_size {} is below 4 MiB (a segment must hold the largest record, 1 MiB and a header, several times)",
-                self.segment_size
-            ));
-        }
-        if self.segment_size > 1 << 40 {
-            return bad(format!("segment_size {} is above 1 TiB", self.segment_size));
-        }
-        if self.max_size < 2 * self.segment_size {
-            return bad(format!(
-                "max_size {} is below two segments ({}): the journal could never move on from a full segment",
-                self.max_size,
-                2 * self.segment_size
-            ));
-        }
-        if self.max_buffer < 64 * 1024 {
-            return bad(format!("max_buffer {} is below 64 KiB", self.max_buffer));
-        }
-        if self.sync_interval.is_zero() {
-            return bad("sync_interval is zero".into());
-        }
-        Ok(())
-    }
-}
-
-/// Where the next record goes.
-#[derive(Debug)]
-struct Tail {
-    seg: u64,
-    off: u64,
-    /// Whether `seg` has been started (has a `SegInfo`); after open it has not.
-    open: bool,
-    seed: u32,
-}
-
-/// Records placed in one segment, contiguous, waiting for the writer.
-#[derive(Debug)]
-pub(crate) struct Run {
-    seg: u64,
-    off: u64,
-    /// Bytes the run covers: `buf` plus the `shared` payloads.
-    len: u64,
-    /// Headers, payload prefixes, small payloads and SEALs.
-    buf: Vec<u8>,
-    /// Large DATA payloads, referred to rather than copied. The writer completes their
-    /// headers' CRCs and writes `buf` and them interleaved with one pwritev.
-    shared: Vec<SharedPayload>,
-    /// Highest seq in `buf`.
-    last_seq: u64,
-    /// Caller records in `buf` (SEALs not counted).
-    records: u64,
-}
-
-/// A DATA payload a run refers to (see `format::SHARE_MIN`).
-#[derive(Debug)]
-pub(crate) struct SharedPayload {
-    /// Where in the run's `buf` the payload goes (the bytes before it precede it).
-    pos: usize,
-    /// Where its record's header starts in `buf`.
-    hdr: usize,
-    /// Its record's CRC over seed, header and prefix; the writer appends the data's.
-    partial_crc: u32,
-    data: bytes::Bytes,
-}
-
-pub(crate) struct State {
-    next_seq: u64,
-    tail: Tail,
-    /// The batch being filled: what the writer takes next.
-    runs: Vec<Run>,
-    queued: u64,
-    /// An append woke the writer for the batch being filled (see `append_inner`).
-    woken: bool,
-    /// Emptied batch buffers, kept for reuse (a 16 MiB allocation per batch costs page faults).
-    spare: Vec<Vec<u8>>,
-    space: Space,
-    /// DONE/DROP records appended but not yet durable: (seq, file, upto). They count for
-    /// freeing space only once durable, or a crash could leave data neither on the backing
-    /// store nor in the journal.
-    marks: VecDeque<(u64, Key, u64)>,
-    written_seq: u64,
-    durable_seq: u64,
-    /// The segment the writer writes to; every segment below it is sealed and durable.
-    writer_seg: u64,
-    /// The highest seq a `sync` caller waits for.
-    sync_want: u64,
-    space_waiters: usize,
-    /// The next segment file, created ahead of time (preallocated, its entry durable) by the
-    /// writer: a roll goes only there, so a full cache device is found before any record is
-    /// placed in a segment that cannot be made (`NoSpace` at append, never a failed journal).
-    ready: Option<u64>,
-    /// An append waits for `ready`: the writer tries to create it now.
-    want_ready: bool,
-    /// Failed attempts to create the next segment since open (each answers the appends that
-    /// waited for it).
-    create_failures: u64,
-    /// Why the last attempt failed, while it has not succeeded since.
-    no_space: Option<String>,
-    /// The log said writes are refused for lack of room (and will say when it is back).
-    no_space_said: bool,
-    /// When the writer tries again by itself after a failed attempt.
-    retry_at: Option<Instant>,
-    failed: Option<String>,
-    shutdown: bool,
-    writer_done: bool,
-    c: Counters,
-}
-
-impl State {
-    fn usable(&self) -> Result<(), JournalError> {
-        if let Some(m) = &self.failed {
-            return Err(JournalError::Failed(m.clone()));
-        }
-        if self.shutdown {
-            return Err(JournalError::Closed);
-        }
-        Ok(())
-    }
-
-    /// Whether a record of `len` bytes can be appended now without returning `Full`.
-    fn fits(&self, len: u64, cfg: &JournalConfig) -> bool {
-        self.fits_in_tail(len + MARK_ROOM, cfg)
-            || self.space.used + cfg.segment_size <= cfg.max_size
-    }
-
-    /// Whether `len` bytes (and a SEAL after them) fit in the tail segment. DATA asks with
-    /// `MARK_ROOM` added: that much of every segment is for DONE/DROP only.
-    fn fits_in_tail(&self, len: u64, cfg: &JournalConfig) -> bool {
-        self.tail.open && self.tail.off + len + SEAL_LEN <= cfg.segment_size
-    }
-
-    /// The buffer the record at (`seg`, `off`) goes into.
-    fn run_for(&mut self, seg: u64, off: u64) -> &mut Run {
-        let extend = matches!(self.runs.last(), Some(r) if r.seg == seg && r.off + r.len == off);
-        if !extend {
-            let buf = self.spare.pop().unwrap_or_default();
-            self.runs.push(Run {
-                seg,
-                off,
-                len: 0,
-                buf,
-                shared: Vec::new(),
-                last_seq: 0,
-                records: 0,
-            });
-        }
-        self.runs.last_mut().expect("a run was just ensured")
-    }
-
-    /// The segment the next roll starts.
-    fn next_seg(&self) -> u64 {
-        if self.tail.open {
-            self.tail.seg + 1
-        } else {
-            self.tail.seg
-        }
-    }
-
-    /// Closes the tail segment with a SEAL (if it was started) and starts the next one, if
-    /// its file is ready; false (nothing changed) if it is not.
-    fn roll(&mut self, cfg: &JournalConfig, uuid: &[u8; 16]) -> bool {
-        if self.ready != Some(self.next_seg()) {
-            return false;
-        }
-        self.ready = None;
-        if self.tail.open {
-            let (seg, off, seed, seq) =
-                (self.tail.seg, self.tail.off, self.tail.seed, self.next_seq);
-            self.next_seq += 1;
-            let run = self.run_for(seg, off);
-            format::encode_seal(&mut run.buf, seed, seq, off);
-            run.len += SEAL_LEN;
-            run.last_seq = seq;
-            self.queued += SEAL_LEN;
-            self.tail.seg += 1;
-        }
-        let seg = self.tail.seg;
-        self.space.add_seg(seg, cfg.segment_size, self.next_seq);
-        self.tail = Tail {
-            seg,
-            off: 0,
-            open: true,
-            seed: format::seg_seed(uuid, seg),
-        };
-        true
-    }
-}
-
-pub(crate) struct Shared {
-    dir: PathBuf,
-    cfg: JournalConfig,
-    uuid: [u8; 16],
-    st: Mutex<State>,
-    /// Wakes the writer: records queued, a sync asked for, shutdown.
-    writer_cv: Condvar,
-    /// `durable_seq` moved, or the writer failed or stopped.
-    durable_cv: Condvar,
-    /// The writer took the batch (backpressure waiters).
-    drained_cv: Condvar,
-    /// Segments were freed.
-    space_cv: Condvar,
-    /// Open segment files, for the writer and `read_pending`.
-    files: Mutex<BTreeMap<u64, Arc<File>>>,
-    /// Asked for room on the cache device when the next segment cannot be created (the SSD
-    /// tier gives back space): bytes wanted -> bytes freed.
-    space_hook: Mutex<Option<SpaceHook>>,
-}
-
-/// See [`Journal::set_space_hook`].
-pub type SpaceHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
-
-/// The end of every segment that DATA never takes: room for DONE/DROP records (48 bytes each,
-/// some 1,300 of them) when the next segment cannot be created (a full cache device). Without
-/// it a full tail could record no DONE, so no segment could be freed and the device would stay
-/// full.
-const MARK_ROOM: u64 = 64 << 10;
-
-/// Bytes queued for the writer at which an append wakes it again (see `append_inner`).
-fn wake_bytes(cfg: &JournalConfig) -> u64 {
-    (cfg.max_buffer / 4).min(256 << 10)
-}
-
-/// How long a woken writer waits for more records before it takes the batch, unless someone
-/// waits for a sync: short beside `sync_interval` and beside what a crash may lose anyway
-/// (records not synced), long beside an append (a few microseconds).
-pub(crate) const LINGER: Duration = Duration::from_millis(2);
-
-/// How long an append waits for the writer to create the next segment file before it gives
-/// up with `NoSpace` (normally the file exists long before it is needed).
-const NEXT_SEGMENT_WAIT: Duration = Duration::from_secs(5);
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock()
-    }
-
-    fn seg_path(&self, seg: u64) -> PathBuf {
-        self.dir.join(seg_name(seg))
-    }
-
-    /// Deletes the oldest segments whose data is all covered by durable DONE/DROP records, one
-    /// at a time with a directory fsync after each: a crash must never leave an older segment
-    /// whose covering DONE (in a newer one) is already gone.
-    fn free_covered(&self) -> Result<(), JournalError> {
-        let segs = {
-            let st = self.lock();
-            st.space.freeable(st.writer_seg)
-        };
-        for seg in segs {
-            self.files.lock().remove(&seg);
-            let path = self.seg_path(seg);
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("delete", &path)(e)),
-            }
-            io::sync_dir(&self.dir).map_err(io_err("fsync", &self.dir))?;
-            let mut st = self.lock();
-            st.space.remove_seg(seg);
-            st.c.segments_freed += 1;
-            self.space_cv.notify_all();
-        }
-        Ok(())
-    }
-}
-
 /// The write-back journal of one cache directory. `Send + Sync`; share it by reference or `Arc`.
 pub struct Journal {
     sh: Arc<Shared>,
@@ -357,176 +63,6 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal in `dir` for the store `store_id`, replays it and starts
-    /// the writer. `reset` deletes whatever journal is there first (its pending writes are
-    /// lost: for a journal the caller has given up on).
-    ///
-    /// Records of the last segment after a torn or garbled one with nothing valid after it are
-    /// ignored (a crash mid-write: none of them was acknowledged as durable) and the segment is
-    /// sealed there; new records go to a new segment. A bad stretch with valid records after
-    /// it is damage: skipped, listed in `Replay::damage`, and the pending writes of the files it
-    /// may concern are in `Replay::lost` instead of `pending` (damage.rs).
-    pub fn open(
-        dir: &Path,
-        store_id: &str,
-        cfg: JournalConfig,
-        reset: bool,
-    ) -> Result<(Journal, Replay), JournalError> {
-        cfg.validate()?;
-        crate::private::dir_all(dir).map_err(io_err("create", dir))?;
-        if reset {
-            wipe(dir)?;
-        }
-        let tmp = dir.join(superblock::TMP);
-        match fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io_err("delete", &tmp)(e))
-            }
-            _ => {}
-        }
-        let seg_list = replay::list_segments(dir)?;
-        let sb = match superblock::load(dir, store_id)? {
-            // An older format's records are all read by this version: the superblock says
-            // the newer one from now on, so NS records written next are never given to a
-            // version that would not know them.
-            Some(mut sb) if sb.format < format::FORMAT => {
-                sb.format = format::FORMAT;
-                superblock::store(dir, store_id, &sb)?;
-                sb
-            }
-            Some(sb) => sb,
-            None if !seg_list.is_empty() => {
-                return Err(JournalError::Damaged {
-                    path: dir.join(superblock::FILE),
-                    offset: 0,
-                    what: "superblock missing beside segment files".into(),
-                })
-            }
-            None => {
-                let sb = superblock::Superblock {
-                    uuid: io::random_uuid(),
-                    segment_size: cfg.segment_size,
-                    format: format::FORMAT,
-                };
-                superblock::store(dir, store_id, &sb)?;
-                sb
-            }
-        };
-
-        let mut opened = BTreeMap::new();
-        for &seg in &seg_list {
-            let path = dir.join(seg_name(seg));
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(io_err("open", &path))?;
-            opened.insert(seg, (path, f));
-        }
-        let sc = replay::scan(dir, &sb.uuid, &opened)?;
-        let mut seg_list = seg_list;
-        for &seg in &sc.spares {
-            // Created ahead of time and never used: removed (the writer makes a new one).
-            let (path, _) = opened
-                .remove(&seg)
-                .expect("a spare is one of the opened files");
-            fs::remove_file(&path).map_err(io_err("delete", &path))?;
-            io::sync_dir(dir).map_err(io_err("fsync", dir))?;
-            seg_list.retain(|&s| s != seg);
-        }
-        let mut next_seq = sc.last_seq + 1;
-        if let Some((seg, off)) = sc.unsealed_last {
-            // Seal the last segment where its valid records end, so that once newer segments
-            // exist its end is told from damage; the torn bytes after it are never read again.
-            let (path, f) = &opened[&seg];
-            let mut buf = Vec::new();
-            format::encode_seal(&mut buf, format::seg_seed(&sb.uuid, seg), next_seq, off);
-            next_seq += 1;
-            io::write_all_at(f, &buf, off).map_err(io_err("write", path))?;
-            io::fdatasync(f).map_err(io_err("fdatasync", path))?;
-        } else if let Some((path, f)) = opened.values().next_back() {
-            // What the scan read may have been in the page cache only (the process died, the
-            // machine did not); DONEs read here are about to free space, so make them durable.
-            io::fdatasync(f).map_err(io_err("fdatasync", path))?;
-        }
-
-        let (space, mut rp) = pending_of(sc.segs, sc.marks, sc.data, sc.replay);
-        rp.pending_ns = sc
-            .ns
-            .into_iter()
-            .filter(|n| !space.covered(&format::NS_KEY, n.seq))
-            .collect();
-
-        let last_seg = seg_list.last().copied().unwrap_or(0);
-        let c = Counters {
-            torn_tails: rp.torn_tail.is_some() as u64,
-            replayed_records: rp.pending.len() as u64,
-            replayed_bytes: rp.pending_bytes,
-            ..Counters::default()
-        };
-        let st = State {
-            next_seq,
-            tail: Tail {
-                seg: last_seg + 1,
-                off: 0,
-                open: false,
-                seed: 0,
-            },
-            runs: Vec::new(),
-            queued: 0,
-            spare: Vec::new(),
-            space,
-            marks: VecDeque::new(),
-            written_seq: next_seq - 1,
-            durable_seq: next_seq - 1,
-            // The last existing segment stays until the writer starts a new one, so segment
-            // numbers and seqs never go back (nothing is ever written under an old name).
-            writer_seg: last_seg,
-            sync_want: 0,
-            woken: false,
-            space_waiters: 0,
-            ready: None,
-            want_ready: false,
-            create_failures: 0,
-            no_space: None,
-            no_space_said: false,
-            retry_at: None,
-            failed: None,
-            shutdown: false,
-            writer_done: false,
-            c,
-        };
-        let files = opened
-            .into_iter()
-            .map(|(seg, (_, f))| (seg, Arc::new(f)))
-            .collect();
-        let sh = Arc::new(Shared {
-            dir: dir.to_path_buf(),
-            cfg,
-            uuid: sb.uuid,
-            st: Mutex::new(st),
-            writer_cv: Condvar::new(),
-            durable_cv: Condvar::new(),
-            drained_cv: Condvar::new(),
-            space_cv: Condvar::new(),
-            files: Mutex::new(files),
-            space_hook: Mutex::new(None),
-        });
-        sh.free_covered()?;
-        let w = Arc::clone(&sh);
-        let handle = std::thread::Builder::new()
-            .name("tierfs-journal".into())
-            .spawn(move || writer::run(w))
-            .map_err(io_err("start writer thread for", dir))?;
-        Ok((
-            Journal {
-                sh,
-                writer: Mutex::new(Some(handle)),
-            },
-            rp,
-        ))
-    }
-
     /// Appends a record; returns its seq. The record is durable once `sync(seq)` returns.
     pub fn append(&self, rec: Record<'_>) -> Result<u64, JournalError> {
         self.append_inner(rec, None)

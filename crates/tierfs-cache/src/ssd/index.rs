@@ -113,6 +113,16 @@ impl Index {
         self.shards.iter().map(|s| s.read().len() as u64).sum()
     }
 
+    /// Entries and the bytes of their data (what the tier holds that can be served; the
+    /// segment files also hold what was evicted or replaced until they are reclaimed).
+    pub fn len_and_bytes(&self) -> (u64, u64) {
+        self.shards.iter().fold((0, 0), |(n, b), s| {
+            let s = s.read();
+            let bytes: u64 = s.values().map(|e| e.len as u64).sum();
+            (n + s.len() as u64, b + bytes)
+        })
+    }
+
     /// Calls `f` with each shard in turn, under its read lock.
     pub fn for_each_shard(&self, mut f: impl FnMut(&Shard)) {
         for s in self.shards.iter() {

@@ -629,6 +629,7 @@ impl SsdCache {
     pub fn stats(&self) -> SsdStats {
         let sh = &self.sh;
         let (rate, burst, tokens) = sh.budget.state();
+        let (entries, live_bytes) = sh.index.len_and_bytes();
         SsdStats {
             write_rate: rate,
             write_burst: burst,
@@ -636,7 +637,8 @@ impl SsdCache {
             fill_bytes: sh.fill.load(Relaxed),
             cap_bytes: sh.cap,
             segments: sh.segments.load(Relaxed),
-            entries: sh.index.len(),
+            entries,
+            live_bytes,
             device_free_bytes: io::device_space(&sh.dir).map_or(0, |(_, f)| f),
             window_reads: sh.windows.total_reads.load(Relaxed),
             window_hits: sh.windows.total_hits.load(Relaxed),
@@ -661,13 +663,16 @@ fn is_tier_file(name: &str) -> bool {
         || name == "superblock.tmp"
 }
 
+/// Whether `dir` holds files the tier writes only once its superblock is in place: a
+/// superblock being written when the process died (`superblock.tmp`) is no sign of damage,
+/// nothing was cached yet (the first open was killed mid-creation).
 fn has_tier_files(dir: &Path) -> Result<bool, SsdError> {
     for ent in fs::read_dir(dir).map_err(io_err("list", dir))? {
         let ent = ent.map_err(io_err("list", dir))?;
         if ent
             .file_name()
             .to_str()
-            .is_some_and(|n| is_tier_file(n) && !session::is_file(n))
+            .is_some_and(|n| is_tier_file(n) && !session::is_file(n) && n != "superblock.tmp")
         {
             return Ok(true);
         }

@@ -33,6 +33,10 @@ pub struct SsdStats {
     pub cur_burst: u64,
     /// Bytes of segment files.
     pub fill_bytes: u64,
+    /// Bytes of the entries that can be served (less than `fill_bytes` by what was evicted
+    /// or replaced and not reclaimed yet).
+    #[serde(default)]
+    pub live_bytes: u64,
     pub cap_bytes: u64,
     pub segments: u64,
     pub entries: u64,

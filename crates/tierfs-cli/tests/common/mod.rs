@@ -4,8 +4,11 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod cto;
+pub mod git;
 pub mod hog;
 pub mod memory;
+pub mod sshd;
 pub mod sshfs;
 
 use std::os::unix::ffi::OsStrExt;
@@ -160,6 +163,21 @@ impl BinMount {
         }
     }
 
+    /// `tierfs unmount MNT` (under `timeout limit_s`), which must succeed: it returns once
+    /// every written byte is on the store.
+    pub fn tierfs_unmount(&self, limit_s: u32) {
+        let out = Command::new("timeout")
+            .args([&limit_s.to_string(), tierfs_bin(), "unmount"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tierfs unmount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// `tierfs stats --json`, parsed.
     pub fn stats(&self) -> serde_json::Value {
         stats_of(&self.mnt)
@@ -285,6 +303,84 @@ pub fn n(v: &serde_json::Value, path: &str) -> u64 {
 /// One counter of the mount at `mnt` (see [`n`]).
 pub fn stat_of(mnt: &Path, path: &str) -> u64 {
     n(&stats_of(mnt), path)
+}
+
+/// Why a test did not run what its name claims.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Needs root, and the suite runs as another user (`scripts/test` refuses that anyway).
+    NotRoot,
+    /// Something this machine has that a fresh one would not (an installed
+    /// `/sbin/mount.fuse.tierfs` that mount(8) would run instead of the binary under test).
+    Installed,
+    /// Something a fresh Debian machine as root has (a memory cgroup): `scripts/test` fails.
+    Missing,
+}
+
+/// A test that returns without checking what it claims says so: on stderr, and in the file
+/// `TIERFS_SKIP_LOG` names (`scripts/test` lists those lines after the run: a skip is not a
+/// pass, and a `Missing` one fails the suite).
+pub fn skip(kind: Skip, reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("?")
+        .rsplit("::")
+        .next()
+        .unwrap_or("?")
+        .to_string();
+    let kind = match kind {
+        Skip::NotRoot => "not-root",
+        Skip::Installed => "installed",
+        Skip::Missing => "missing",
+    };
+    eprintln!("skipped ({kind}): {reason}");
+    if let Some(log) = std::env::var_os("TIERFS_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{kind}\t{test}\t{reason}");
+        }
+    }
+}
+
+/// The files write-back set aside in `CACHE/journal/lost/` (made when the first one is). The
+/// journal itself must be there: a check of a path where no journal lives would pass for
+/// nothing (empty, because missing).
+pub fn lost_files(cache: &Path) -> Vec<PathBuf> {
+    let journal = cache.join("journal");
+    assert!(
+        journal.join("superblock").is_file(),
+        "no write-back journal in {}",
+        journal.display()
+    );
+    match std::fs::read_dir(journal.join("lost")) {
+        Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("{}: {e}", journal.join("lost").display()),
+    }
+}
+
+/// Waits (up to 30 s, else panics) until the write-back journal's writer thread has written
+/// every record appended so far to the journal's file. Before a `kill -9`: the page cache
+/// keeps what was written, so replay must find all of it. (A fixed 500 ms sleep was not
+/// always enough under a loaded CI machine.)
+pub fn wait_journal_written(mnt: &Path) {
+    let appended = stat_of(mnt, "writeback.journal.appended_seq");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let written = stat_of(mnt, "writeback.journal.written_seq");
+        if written >= appended {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the journal wrote seq {written} of {appended} in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Write-back whose namespace flusher waits for a drain (fsync, fsync of a directory, an

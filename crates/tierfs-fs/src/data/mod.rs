@@ -184,6 +184,20 @@ impl<S: Store> Objects<S> {
     }
 
     /// The implicit files of `ino` that exist (see [`Objects::file_for`]).
+    /// The attributes of inode `ino` from a backing handle it has open, if any: the only way
+    /// left to the object once its name is gone on a store that reaches objects by path.
+    pub(crate) fn fstat_open(&self, ino: u64) -> Option<tierfs_store::Attr> {
+        let of = self
+            .files
+            .iter()
+            .map(|f| f.value().clone())
+            .chain(self.implicit_files(ino))
+            .find(|f| f.inode.ino == ino && f.handle.get().is_some())?;
+        let mut a = self.sh.fstat_as(&of.state, of.handle.get()?).ok()?;
+        a.ino = ino;
+        Some(a)
+    }
+
     pub(crate) fn implicit_files(&self, ino: u64) -> Vec<Arc<OpenFile<S>>> {
         [false, true]
             .iter()

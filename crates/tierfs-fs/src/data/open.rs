@@ -28,6 +28,12 @@ pub struct OpenReply {
     pub no_flush: bool,
 }
 
+/// Close-to-open checks averaged before the log says what they cost ([`COST_NOTED_US`]).
+const COST_SAMPLE: u64 = 64;
+/// An average check at least this long (microseconds) is worth a line in the log: a store
+/// request, not a local filesystem's answer.
+const COST_NOTED_US: u64 = 2_000;
+
 /// An open that neither writes nor truncates: the file's contents cannot change through it.
 pub(crate) fn read_only(flags: i32) -> bool {
     flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
@@ -45,7 +51,7 @@ impl<S: Store> Objects<S> {
         let gone = self.sh.store.inner().health.gone();
         if !read_only(flags)
             || (self.sh.cfg.meta_cto && !gone)
-            || st.expired(self.ns.meta.check_ttl())
+            || st.expired(|fp, at| self.ns.meta.version_expired(fp, at))
         {
             return None;
         }
@@ -82,30 +88,72 @@ impl<S: Store> Objects<S> {
         })
     }
 
-    /// `Fs::open` on behalf of caller thread `pid` (0: unknown).
-    pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+    /// `Fs::open` on behalf of caller thread `pid` (0: unknown), for an open that began at
+    /// `began` (its request's arrival). Close-to-open in at most one store request
+    /// (`namespace::checks`): a read-only open takes as its check the answer to its own
+    /// lookup or permission check, or a check of the file issued after it began, or makes
+    /// one (the lookup that resolves an inode learnt from the cache, else a revalidation).
+    pub fn open_by(&self, ino: u64, flags: i32, pid: u32, began: Instant) -> Result<OpenReply> {
         if let Some(o) = self.open_fast(ino, flags) {
             return Ok(o);
         }
         FsStats::add(&self.sh.stats.opens, 1);
         let i = self.ns.inode(ino)?;
         let st = i.file.clone().ok_or(Errno::EISDIR)?;
-        // Before any attribute is fetched (see `FileState::own_change`).
-        let fetched = Instant::now();
-        let node = match self.ns.node(&i) {
-            Err(Errno::ESTALE) => {
+        let estale = |e: Errno| {
+            if e == Errno::ESTALE {
                 // The name holds another object now; the kernel retries (see
                 // `check_not_replaced`), and that retry's lookup must ask the store.
                 self.ns.arm_estale_retry(pid);
-                return Err(Errno::ESTALE);
             }
-            r => r?,
+            e
         };
-        if read_only(flags) && !st.unverified() && !st.has_dirty.load(Relaxed) {
-            if let Some(attr) = self.sh.store.revalidate(&node) {
-                return self.open_checked(i, st, attr?, flags, pid, fetched);
+        if read_only(flags)
+            && !st.unverified()
+            && !st.has_dirty.load(Relaxed)
+            && self.has_cached_data(&st)
+        {
+            if let Some(a) = self.ns.checks.recent(pid, i.id()) {
+                FsStats::add(&self.sh.stats.cto_shared, 1);
+                return self.open_checked(i, st, a.attr, flags, pid, a.asked);
+            }
+            let (r, shared) = self.ns.checks.check(i.id(), began, || {
+                let asked = Instant::now();
+                let (node, looked) = self.ns.node_checked(&i)?;
+                if looked.is_some() {
+                    return Ok(looked);
+                }
+                Ok(match self.sh.store.revalidate(&node) {
+                    Some(attr) => Some(crate::namespace::Answer { attr: attr?, asked }),
+                    None => None,
+                })
+            });
+            if shared {
+                FsStats::add(&self.sh.stats.cto_shared, 1);
+            } else {
+                self.checked_for(began);
+            }
+            if let Some(a) = r.map_err(estale)? {
+                return self.open_checked(i, st, a.attr, flags, pid, a.asked);
             }
         }
+        // Before any attribute is fetched (see `FileState::own_change`).
+        let fetched = Instant::now();
+        if read_only(flags) && !st.unverified() {
+            // A file read for the first time, by its name: its open is its check.
+            if let Some(r) = self.ns.open_by_name(&i, flags) {
+                let (handle, attr) = r.map_err(estale)?;
+                let attr = {
+                    let mut a = attr;
+                    (a.dev, a.ino) = st.id();
+                    a
+                };
+                self.ns.meta.put_attr(&attr, fetched);
+                self.ns.check_not_replaced(attr.nlink, pid)?;
+                return self.finish_open(i, st, attr, Some(handle), flags, fetched);
+            }
+        }
+        let node = self.ns.node(&i).map_err(estale)?;
         let handle = if flags & libc::O_TRUNC != 0 {
             // (Write-back: the dispatcher flushed the dirty data first, or its flush would
             // land after the truncate.)
@@ -114,6 +162,7 @@ impl<S: Store> Objects<S> {
                 .check_not_replaced(self.sh.store.getattr(&node)?.nlink, pid)?;
             let _w = st.rw.write();
             let h = self.sh.store.open(&node, flags)?;
+            st.changed_direct.store(true, Relaxed);
             st.invalidate(None);
             h
         } else {
@@ -141,6 +190,52 @@ impl<S: Store> Objects<S> {
             self.ns.check_not_replaced(attr.nlink, pid)?;
         }
         self.finish_open(i, st, attr, Some(handle), flags, fetched)
+    }
+
+    /// Whether the caches hold the start of `st`'s current version (its first block in RAM
+    /// or in the SSD tier), or it is empty: then a read-only open checks the file and opens
+    /// it on the store only if a read misses them. Else the file is opened at once, its
+    /// attributes taken as it is opened being the open's check: a file read for the first
+    /// time costs the store its open, not a check and then an open (over sftp, a cold small
+    /// file took three round trips: the check, the open, the read).
+    fn has_cached_data(&self, st: &crate::file_state::FileState) -> bool {
+        let v = st.version();
+        if v.fp.size == 0
+            || self
+                .sh
+                .cache
+                .contains(&tierfs_cache::BlockKey { gen: v.gen, idx: 0 })
+        {
+            return true;
+        }
+        let (dev, ino) = st.id();
+        let key = tierfs_cache::SsdKey {
+            kind: tierfs_cache::KIND_DATA,
+            dev,
+            ino,
+            idx: 0,
+        };
+        self.sh
+            .ssd
+            .as_ref()
+            .is_some_and(|ssd| ssd.contains(&key, crate::meta_codec::version_of(&v.fp)))
+    }
+
+    /// Counts a close-to-open check this open asked the store for, which took from `began`
+    /// (the open's arrival: queueing for an I/O thread is part of its cost) to now; once,
+    /// when the first 64 averaged 2 ms or more, says in the log what that costs and how to
+    /// avoid it.
+    fn checked_for(&self, began: Instant) {
+        let s = &self.sh.stats;
+        let us = began.elapsed().as_micros() as u64;
+        let n = s.cto_checks.fetch_add(1, Relaxed) + 1;
+        let total = s.cto_check_us.fetch_add(us, Relaxed) + us;
+        if n == COST_SAMPLE && total / n >= COST_NOTED_US {
+            tracing::info!(
+                "close-to-open: each open asks the store whether the file changed, {:.1} ms on average over the first {n} opens; for a tree that only this mount changes, or where a read may lag a change elsewhere by `meta.ttl`, -o meta.cto=off,meta.ttl=5m serves opens from the cache (docs/tunables.md)",
+                total as f64 / n as f64 / 1000.0
+            );
+        }
     }
 
     /// A read-only open checked by the store's fresh attributes alone
@@ -239,13 +334,20 @@ impl<S: Store> Objects<S> {
         }
     }
 
-    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
+    /// fsync of the backing handles of `ino`'s open file `fh` (0: its implicit ones). With
+    /// `direct_only` (write-back, which made the journaled writes durable already), only a
+    /// file changed directly (`FileState::changed_direct`): on S3 a handle's fsync
+    /// uploads the object, which `writeback.fsync=journal` acknowledges without.
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool, direct_only: bool) -> Result<()> {
         let files = if fh == 0 {
             self.implicit_files(ino)
         } else {
             vec![self.open_file(fh)?]
         };
         for of in files {
+            if direct_only && !of.state.changed_direct.load(Relaxed) {
+                continue;
+            }
             if let Some(h) = of.handle.get() {
                 if self.sh.store.publishes_at_sync() {
                     self.published(&of, h, |h| self.sh.store.fsync(h, datasync))?;
@@ -319,6 +421,7 @@ impl<S: Store> Objects<S> {
 
     pub fn fallocate(&self, of: &OpenFile<S>, mode: i32, offset: u64, len: u64) -> Result<()> {
         let h = self.handle(of)?;
+        of.state.changed_direct.store(true, Relaxed);
         let _w = of.state.rw.write();
         let r = self.sh.store.fallocate(h, mode, offset, len);
         let attr = self.sh.fstat_as(&of.state, h).ok();
@@ -354,6 +457,9 @@ impl<S: Store> Objects<S> {
             self.ns.meta.put_attr(&attr, Instant::now());
             return Ok(self.ns.with_ino(&i, attr));
         };
+        if set.size.is_some() {
+            st.changed_direct.store(true, Relaxed);
+        }
         // Exclusive: a truncate must not interleave with reads that fill the cache.
         let _w = st.rw.write();
         let old_size = st.version().fp.size;

@@ -84,7 +84,9 @@ impl<S: Store> Objects<S> {
         let Ok(of) = self.file_for(ino, fh, false) else {
             return false;
         };
-        if of.state.expired(self.ns.meta.check_ttl())
+        if of
+            .state
+            .expired(|fp, at| self.ns.meta.version_expired(fp, at))
             || of
                 .state
                 .has_dirty
@@ -180,7 +182,11 @@ impl<S: Store> Objects<S> {
         }
         // While the store is gone (see `health`) what is cached is served unchecked, even a
         // fingerprint our own writes left provisional: the store cannot be asked.
-        if of.state.needs_check(self.ns.meta.check_ttl()) && !self.sh.store.inner().health.gone() {
+        if of
+            .state
+            .needs_check(|fp, at| self.ns.meta.version_expired(fp, at))
+            && !self.sh.store.inner().health.gone()
+        {
             self.refresh(&of)?;
         }
         for _ in 0..MAX_STALE_RETRIES {

@@ -160,6 +160,7 @@ impl<S: Store> Objects<S> {
                 self.forgotten(ino);
             }
             let me = self.clone();
+            FsStats::add(&self.sh.stats.prefetch_queued, 1);
             self.prefetch_pool.spawn(move || me.load_whole(ino, size));
         }
     }
@@ -193,7 +194,7 @@ impl<S: Store> Objects<S> {
 
     /// Opens, reads and lets go of file `ino` as a reader would, so its blocks are cached.
     fn load_whole(self: &Arc<Self>, ino: u64, size: u64) {
-        let Ok(o) = self.open_by(ino, libc::O_RDONLY, 0) else {
+        let Ok(o) = self.open_by(ino, libc::O_RDONLY, 0, std::time::Instant::now()) else {
             return;
         };
         if let Ok(of) = self.open_file(o.fh) {

@@ -12,12 +12,18 @@ impl<S: Store> Objects<S> {
     /// A write in write-through mode (or of a file write-back cannot journal).
     pub(crate) fn write_through(&self, of: &OpenFile<S>, offset: u64, data: &Bytes) -> Result<u32> {
         let handle = self.handle(of)?;
+        of.state
+            .changed_direct
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _w = of.state.rw.write();
         // The cached blocks must belong to what the backing file holds now, or patching them
         // would mix versions. Within `meta.ttl` of the last check the fingerprint is trusted,
         // as reads trust it; past it, the store is asked (under the lock, so what it says
         // includes every earlier write of ours: see `FileState::settle_own_writes`).
-        if of.state.expired(self.ns.meta.check_ttl()) {
+        if of
+            .state
+            .expired(|fp, at| self.ns.meta.version_expired(fp, at))
+        {
             let before = self.sh.fstat_as(&of.state, handle)?;
             self.sh.settle_own_writes(&of.state, &before);
         }
@@ -62,6 +68,9 @@ impl<S: Store> Objects<S> {
         len: u64,
     ) -> Result<u64> {
         let (hs, hd) = (self.handle(src)?, self.handle(dst)?);
+        dst.state
+            .changed_direct
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _w = dst.state.rw.write();
         let _r = (!std::sync::Arc::ptr_eq(&src.state, &dst.state)).then(|| src.state.rw.read());
         let r = self.sh.store.copy_range(hs, off_in, hd, off_out, len);

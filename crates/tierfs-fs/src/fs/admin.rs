@@ -39,6 +39,11 @@ impl<S: Store> Fs<S> {
         self.ns.meta.set_ttl(ttl);
     }
 
+    /// `meta.ttl_min` (None: follow `meta.ttl`), for records made from now on.
+    pub fn set_meta_ttl_min(&self, min: Option<Duration>) {
+        self.ns.meta.set_ttl_min(min);
+    }
+
     /// `meta.max_entries`, enforced at the next insertion.
     pub fn set_meta_max_entries(&self, n: usize) {
         self.ns.meta.set_max_entries(n);
@@ -210,10 +215,16 @@ impl<S: Store> Fs<S> {
             ssd,
             meta_listings: FsStats::get(&s.meta_listings),
             meta_entry_stats: FsStats::get(&s.meta_entry_stats),
+            meta_renewals: FsStats::get(&s.meta_renewals),
+            cto_shared: FsStats::get(&s.cto_shared),
+            cto_checks: FsStats::get(&s.cto_checks),
+            cto_check_us: FsStats::get(&s.cto_check_us),
+            store_check_us: FsStats::get(&s.store_check_us),
             lazy_opens: FsStats::get(&s.lazy_opens),
             checked_opens: FsStats::get(&s.checked_opens),
             unchanged_chowns: FsStats::get(&s.unchanged_chowns),
             prefetched_files: FsStats::get(&s.prefetched_files),
+            prefetch_queued: FsStats::get(&s.prefetch_queued),
             opens: FsStats::get(&s.opens),
             implicit_files: FsStats::get(&s.implicit_files),
             writeback,

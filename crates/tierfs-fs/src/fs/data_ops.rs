@@ -72,6 +72,10 @@ impl<S: Store> Fs<S> {
         if data.is_empty() {
             return Ok(0);
         }
+        if offset.saturating_add(data.len() as u64) > self.sh.store.max_file_size() {
+            // (See `Fs::setattr`.)
+            return Err(Errno(libc::EFBIG));
+        }
         let r = match self.wb() {
             Some(wb) => wb
                 .write_back(&of, offset, data)

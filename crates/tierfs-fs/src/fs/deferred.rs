@@ -30,19 +30,23 @@ impl<S: Store> Fs<S> {
     /// Before an unlink of `parent/name` (`to` None) or its rename to `to` done on the
     /// store: the deferred operations it depends on are on the store (`ns_narrow`: fewer
     /// than all of them when both names are files of the store, else [`Fs::drain_ns`]).
+    /// `exchange`: a `RENAME_EXCHANGE`, which moves what `to` holds as well.
     #[track_caller]
     pub(super) fn drain_ns_for(
         &self,
         parent: u64,
         name: &OsStr,
         to: Option<(u64, &OsStr)>,
+        exchange: bool,
     ) -> Result<()> {
         let Some(wb) = self.wb() else { return Ok(()) };
         let upto = || {
             let p = self.ns.inode(parent).ok()?;
             match to {
-                None => wb.settled_upto(&p, name, None),
-                Some((np, nn)) => wb.settled_upto(&p, name, Some((&self.ns.inode(np).ok()?, nn))),
+                None => wb.settled_upto(&p, name, None, false),
+                Some((np, nn)) => {
+                    wb.settled_upto(&p, name, Some((&self.ns.inode(np).ok()?, nn)), exchange)
+                }
             }
         };
         Self::drain_ns_upto(wb, upto())
@@ -78,7 +82,7 @@ impl<S: Store> Fs<S> {
             let i = self.ns.inode(ino).ok()?;
             let (p, name) = i.origin.lock().clone()?;
             let np = self.ns.inode(newparent).ok()?;
-            wb.settled_upto(&p, &name, Some((&np, newname)))
+            wb.settled_upto(&p, &name, Some((&np, newname)), false)
         };
         Self::drain_ns_upto(wb, upto())
     }
@@ -303,6 +307,9 @@ impl<S: Store> Fs<S> {
     /// deferred
     /// (None: not deferred, see `Writeback::setattr_deferred`).
     pub fn setattr_fast(&self, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
+        if self.past_largest_file(set) {
+            return Some(Err(Errno(libc::EFBIG)));
+        }
         let wb = self.wb()?;
         let i = self.ns.inodes.get(ino)?;
         let mut set = *set;

@@ -9,17 +9,20 @@
 //! before a namespace operation or a truncate that must follow it, reads of a file with
 //! dirty data go through write-back's overlay, and attributes shown to the kernel include
 //! dirty data (size, mtime). `admin` holds the rest of the API: stats, tunables, memory
-//! pressure, starting and stopping write-back; `data_ops` the reads and writes; `dir_ops`
+//! pressure, starting and stopping write-back; `attr_ops` setattr (truncates, the dropping of
+//! setuid/setgid); `data_ops` the reads and writes; `dir_ops`
 //! opened directories and their pages; `name_ops` the
 //! operations that make, remove and rename names; `deferred`
 //! write-back of namespace operations (which are acknowledged before the store has them, and
 //! the wait before the others).
 
 mod admin;
+mod attr_ops;
 mod data_ops;
 mod deferred;
 mod dir_ops;
 mod name_ops;
+mod xattr_ops;
 
 use crate::counted::CountedStore;
 use crate::data::{Objects, OpenReply};
@@ -55,6 +58,7 @@ impl<S: Store> Fs<S> {
     /// A filesystem with an SSD tier below the RAM tier.
     pub fn with_ssd(store: S, cfg: FsConfig, ssd: Option<Arc<SsdCache>>) -> Result<Arc<Fs<S>>> {
         let store = IdStore::new(CountedStore::new(store))?;
+        store.inner().set_timeout(cfg.store_timeout);
         let (root, root_attr) = store.root()?;
         if root_attr.kind != FileKind::Dir {
             return Err(Errno::ENOTDIR);
@@ -68,6 +72,9 @@ impl<S: Store> Fs<S> {
                     ns.reset_nodes();
                 }
             }));
+        }
+        if sh.cfg.meta_cto {
+            ns.probe_check_cost();
         }
         let data = Arc::new(Objects::new(sh.clone(), ns.clone()));
         Ok(Arc::new(Fs {
@@ -86,6 +93,15 @@ impl<S: Store> Fs<S> {
 
     pub fn config(&self) -> &FsConfig {
         &self.sh.cfg
+    }
+
+    /// How long the kernel may keep attributes a change of ours just gave an object: what
+    /// the metadata cache trusts an object that just changed for (`meta.ttl_min`).
+    pub fn own_change_valid(&self) -> Duration {
+        match self.ns.meta.enabled() {
+            true => self.ns.meta.ttl_min(),
+            false => Duration::MAX,
+        }
     }
 
     /// Whether the metadata cache is in use (`meta.ttl` and `meta.max_entries` above 0).
@@ -223,7 +239,7 @@ impl<S: Store> Fs<S> {
         )
     }
 
-    /// [`Fs::getattr_aged`] when the metadata cache can answer without I/O.
+    /// [`Fs::getattr_valid`] when the metadata cache can answer without I/O.
     pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, Duration)> {
         self.shown_stable(
             || self.ns.getattr_fast(ino).map(Ok),
@@ -241,87 +257,32 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        Ok(self.getattr_aged(ino)?.0)
+        Ok(self.getattr_valid(ino, 0)?.0)
     }
 
-    /// [`Fs::getattr`] and the age of the answer (see [`Entry::age`]).
-    pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, Duration)> {
+    /// [`Fs::getattr`] and how long the kernel may keep the answer (see [`Entry::valid`]).
+    /// `pid`: the caller thread (0: unknown), see [`Fs::open_by`].
+    pub fn getattr_valid(&self, ino: u64, pid: u32) -> Result<(Attr, Duration)> {
         self.shown_stable(
-            || Some(self.cached_if_gone(|| self.ns.getattr_aged(ino))),
+            || {
+                Some(
+                    match self.cached_if_gone(|| self.ns.getattr_valid(ino, pid)) {
+                        // Unlinked while open, on a store that names objects by path (sftp,
+                        // S3, sshfs): the name is gone, the open file is not.
+                        Err(e) if e == Errno::ENOENT || e == Errno::ESTALE => self
+                            .data
+                            .fstat_open(ino)
+                            .map(|a| (a, Duration::ZERO))
+                            .ok_or(e),
+                        r => r,
+                    },
+                )
+            },
             |r| (ino, &mut r.0),
             |_| {},
             false,
         )
         .unwrap_or(Err(Errno::EIO))
-    }
-
-    /// The permission bits the file keeps once setuid/setgid are dropped
-    /// (`Attr::perm_without_privs`), from the cached attributes when they are there (the
-    /// common file without these bits costs no store call). None: nothing to drop.
-    fn perm_without_privs(&self, ino: u64) -> Result<Option<u32>> {
-        let a = match self.getattr_fast(ino) {
-            Some((a, _)) => a,
-            None => self.getattr(ino)?,
-        };
-        Ok(a.perm_without_privs())
-    }
-
-    /// A write or truncation by a caller without CAP_FSETID (the kernel marks such writes
-    /// FUSE_WRITE_KILL_SUIDGID and, with FUSE_HANDLE_KILLPRIV_V2, leaves the clearing to us):
-    /// clears setuid, and setgid if group-execute is set, before the change lands.
-    pub fn kill_suidgid(&self, ino: u64, fh: Option<u64>) -> Result<()> {
-        let Some(perm) = self.perm_without_privs(ino)? else {
-            return Ok(());
-        };
-        let set = SetAttr {
-            mode: Some(perm),
-            ..Default::default()
-        };
-        self.setattr(ino, fh, &set).map(|_| ())
-    }
-
-    /// [`Fs::setattr`] of a change that drops setuid and setgid (a chown; a truncation by a
-    /// caller without CAP_FSETID), which the kernel leaves to us under
-    /// FUSE_HANDLE_KILLPRIV_V2 (it used to ask for the attributes first, one GETATTR per
-    /// chown, and add the mode itself): the mode change goes with it, in one setattr.
-    pub fn setattr_dropping_privs(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
-        let mut set = *set;
-        if set.mode.is_none() {
-            set.mode = self.perm_without_privs(ino)?;
-        }
-        self.setattr(ino, fh, &set)
-    }
-
-    pub fn setattr(&self, ino: u64, fh: Option<u64>, set: &SetAttr) -> Result<Attr> {
-        if let Some(r) = self.setattr_fast(ino, set) {
-            return r;
-        }
-        let i = self.ns.inode(ino)?;
-        if let Some(wb) = self.wb() {
-            if set.size.is_some() {
-                // The dirty data first, so the truncate applies after it.
-                wb.settle_file(&i)?;
-            } else if let Some(m) = &set.mtime {
-                // A time set on a file with dirty data (tar, cp -p, rsync after writing a
-                // file) is kept with the dirty data and applied after its flush, which would
-                // otherwise move mtime again; flushing here would cost a sync per file.
-                wb.note_dirty_mtime(&i, m);
-            }
-        }
-        self.before_setattr(&i, set)?;
-        let a = self.data.setattr(&i, fh, set);
-        self.ns.listed_changed(&i);
-        let a = a?;
-        if let (Some(_), Some(fh)) = (self.wb(), fh) {
-            if set.size.is_some() && self.sh.store.publishes_at_sync() {
-                // Write-back on a store that publishes at sync (S3): a truncate through a
-                // handle is staged in that handle, outside the journal, and write-back's close
-                // does not upload (an fsync of another descriptor right after close found
-                // the bucket without it). A truncate is synchronous in write-back: publish it.
-                self.data.fsync(ino, fh, false)?;
-            }
-        }
-        Ok(self.shown(ino, a))
     }
 
     pub fn readlink(&self, ino: u64) -> Result<OsString> {
@@ -338,42 +299,6 @@ impl<S: Store> Fs<S> {
 
     pub fn statfs(&self) -> Result<StatFs> {
         self.ns.statfs()
-    }
-
-    /// [`Fs::getxattr`] when it needs no store request: an object not on the store yet has
-    /// none, and the kernel's `security.capability` before each write or chown is cached
-    /// (`meta.ttl`). None: ask the store.
-    pub fn getxattr_fast(&self, ino: u64, name: &OsStr) -> Option<Errno> {
-        self.xattr_provisional(ino)
-            .or_else(|| self.ns.caps_cached(ino, name))
-    }
-
-    pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
-        if let Some(e) = self.getxattr_fast(ino, name) {
-            return Err(e);
-        }
-        self.ns.getxattr(ino, name)
-    }
-
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
-        if self.xattr_provisional(ino).is_some() {
-            return Ok(Vec::new());
-        }
-        self.ns.listxattr(ino)
-    }
-
-    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
-        self.drain_ns()?;
-        let r = self.ns.setxattr(ino, name, value, flags);
-        self.names_changed(ino); // its ctime
-        r
-    }
-
-    pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
-        self.drain_ns()?;
-        let r = self.ns.removexattr(ino, name);
-        self.names_changed(ino);
-        r
     }
 
     // ---------------------------------------------------------------- open files
@@ -396,6 +321,18 @@ impl<S: Store> Fs<S> {
 
     /// [`Fs::open`] on behalf of caller thread `pid` (0: unknown).
     pub fn open_by(&self, ino: u64, flags: i32, pid: u32) -> Result<OpenReply> {
+        self.open_at(ino, flags, pid, std::time::Instant::now())
+    }
+
+    /// [`Fs::open_by`] of an open whose request arrived at `began`: a check of the file the
+    /// store was asked for after then is this open's close-to-open check too.
+    pub fn open_at(
+        &self,
+        ino: u64,
+        flags: i32,
+        pid: u32,
+        began: std::time::Instant,
+    ) -> Result<OpenReply> {
         if let Some(o) = self.open_provisional(ino, flags)? {
             return Ok(o);
         }
@@ -412,13 +349,20 @@ impl<S: Store> Fs<S> {
             self.settle_file(ino)?;
         }
         if crate::data::read_only(flags) {
-            let r = self.cached_if_gone(|| self.data.open_by(ino, flags, pid));
+            let r = self.cached_if_gone(|| self.data.open_by(ino, flags, pid, began));
             if r.is_ok() {
                 self.data.opened_for_walk(ino);
             }
             return r;
         }
-        let r = match self.data.open_by(ino, flags, pid) {
+        // A hung store is not asked to open the file for write-back (the call would wait
+        // for it): write-back absorbs the writes, as while the store is gone.
+        let r = if self.wb().is_some() && self.hangs_for_write_open(ino) {
+            Err(Errno::ENOTCONN)
+        } else {
+            self.data.open_by(ino, flags, pid, began)
+        };
+        let r = match r {
             // Write-back absorbs writes while the store is gone (within its limits).
             Err(Errno::ENOTCONN) if self.wb().is_some() && self.sh.store.inner().health.gone() => {
                 self.data.open_while_gone(ino, flags)
@@ -449,6 +393,28 @@ impl<S: Store> Fs<S> {
         r
     }
 
+    /// Write-back: whether the store is taken for hung before a write open. Where it can
+    /// hang, it is first asked within the deadline (a revalidation of the file): the open
+    /// itself is not bounded, and a write open into a store that had just stopped waited in
+    /// it for good, the writer unkillable (`tests/hung_store.rs`). The cost: one store
+    /// request per write open in write-back on such a store.
+    fn hangs_for_write_open(&self, ino: u64) -> bool {
+        let counted = self.sh.store.inner();
+        if counted.health.hung() {
+            return true;
+        }
+        if !counted.has_deadline() {
+            return false;
+        }
+        let Ok(i) = self.ns.inode(ino) else {
+            return false;
+        };
+        if let Ok(node) = self.ns.node(&i) {
+            let _ = self.sh.store.revalidate(&node);
+        }
+        counted.health.hung()
+    }
+
     /// Write-back on a store that publishes at sync (S3): an O_TRUNC open's truncate is
     /// staged in the descriptor's handle, outside the journal. It is uploaded now, as our
     /// own new version, and the data written next is made on that version. Left to the
@@ -458,7 +424,7 @@ impl<S: Store> Fs<S> {
     /// uploads nothing.)
     fn publish_truncate(&self, ino: u64, fh: u64) -> Result<()> {
         if self.wb().is_some() && self.sh.store.publishes_at_sync() {
-            if let Err(e) = self.data.fsync(ino, fh, false) {
+            if let Err(e) = self.data.fsync(ino, fh, false, false) {
                 // The open fails: the kernel will not release what it was never given.
                 self.data.release(fh);
                 return Err(e);
@@ -532,13 +498,14 @@ impl<S: Store> Fs<S> {
     }
 
     pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> Result<()> {
-        if let Some(wb) = self.wb() {
+        let wb = self.wb();
+        if let Some(wb) = wb {
             // Its name first: the operations it depends on (its create, its directory's)
             // are on the store and synced before its data is.
             wb.drain_ns()?;
             wb.fsync_back(&self.ns.inode(ino)?)?;
         }
-        let r = self.data.fsync(ino, fh, datasync);
+        let r = self.data.fsync(ino, fh, datasync, wb.is_some());
         if self.sh.store.publishes_at_sync() {
             self.names_changed(ino);
         }

@@ -18,6 +18,14 @@ impl<S: Store> Fs<S> {
         }
     }
 
+    /// After a name operation the store did (not deferred) in directory `dir`: write-back
+    /// shows it in the directory's shadow, if deferred names in it are still on their way.
+    fn changed_on_store(&self, dir: u64) {
+        if let (Some(wb), Some(i)) = (self.wb(), self.ns.inodes.get(dir)) {
+            wb.dir_touched(i.id());
+        }
+    }
+
     pub fn mknod(
         &self,
         parent: u64,
@@ -84,6 +92,9 @@ impl<S: Store> Fs<S> {
         let r = self.ns.link(ino, newparent, newname);
         self.names_changed(ino); // its link count
         self.names_changed(newparent);
+        if r.is_ok() {
+            self.changed_on_store(newparent);
+        }
         Ok(self.shown_entry(r?))
     }
 
@@ -93,10 +104,13 @@ impl<S: Store> Fs<S> {
             return Ok(());
         }
         self.not_deferred("unlink", name, None);
-        self.drain_ns_for(parent, name, None)?;
+        self.drain_ns_for(parent, name, None, false)?;
         self.settle_name(parent, name)?;
         let r = self.ns.unlink(parent, name);
         self.names_changed(parent);
+        if r.is_ok() {
+            self.changed_on_store(parent);
+        }
         r
     }
 
@@ -127,13 +141,18 @@ impl<S: Store> Fs<S> {
             return Ok(());
         }
         self.not_deferred("rename", name, Some(newname));
-        self.drain_ns_for(parent, name, Some((newparent, newname)))?;
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        self.drain_ns_for(parent, name, Some((newparent, newname)), exchange)?;
         // A file's data reaches the backing store before its new name does.
         self.settle_name(parent, name)?;
         self.settle_name(newparent, newname)?;
         let r = self.ns.rename(parent, name, newparent, newname, flags);
         self.names_changed(parent);
         self.names_changed(newparent);
+        if r.is_ok() {
+            self.changed_on_store(parent);
+            self.changed_on_store(newparent);
+        }
         r
     }
 }

@@ -88,6 +88,9 @@ impl<S: Store> Namespace<S> {
         FsStats::add(&self.sh.stats.meta_listings, 1);
         if complete {
             self.meta.put_names(d.id(), &out, at);
+            if let Some(da) = &dir_attr {
+                self.meta.listed_at(d.id(), da.fingerprint());
+            }
             if self.ssd_meta() {
                 if self.names_listed.len() >= NAMES_LISTED_MAX {
                     self.names_listed.clear();

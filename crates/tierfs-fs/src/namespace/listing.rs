@@ -59,9 +59,10 @@ impl<S: Store> Namespace<S> {
         // The directory's attributes name the listing's version in the SSD tier: they must
         // be taken *before* the listing, so a change in between gives a version that no
         // later lookup asks for (a miss), never an old listing under a new version.
+        // They also let an opendir renew the listing later with one request (`renew`).
         let dir_attr = match self.meta.attr(d.id()) {
             Some((a, _)) => Some(a),
-            None if self.ssd_meta() => self.sh.store.getattr(&node).ok(),
+            None if self.ssd_meta() || self.renews_listings() => self.sh.store.getattr(&node).ok(),
             None => None,
         };
         let start = self.listing_start();
@@ -96,6 +97,9 @@ impl<S: Store> Namespace<S> {
         FsStats::add(&self.sh.stats.meta_listings, 1);
         if complete {
             self.meta.put_listing(d.id(), &out, at);
+            if let Some(da) = &dir_attr {
+                self.meta.listed_at(d.id(), da.fingerprint());
+            }
             if let Some(da) = dir_attr.filter(|a| !crate::file_state::racy(&a.fingerprint())) {
                 self.persist_if_current(d.id(), start, &out, || {
                     self.persist_listing(&da, &out, at)
@@ -151,7 +155,7 @@ impl<S: Store> Namespace<S> {
         if !self.ssd_meta() {
             return false;
         }
-        let (Some(ssd), Some((dattr, _))) = (&self.sh.ssd, self.meta.attr(d.id())) else {
+        let (Some(ssd), Some((dattr, dat))) = (&self.sh.ssd, self.meta.attr(d.id())) else {
             return false;
         };
         let v = crate::meta_codec::listing_version(&dattr.fingerprint(), ssd.session_epoch());
@@ -173,7 +177,39 @@ impl<S: Store> Namespace<S> {
         } else {
             self.meta.put_listing_restored(d.id(), &rec.entries);
         }
+        // Its names are the directory's at the version just checked: trusted from then,
+        // whatever the age of its entries' attributes (each keeps its own).
+        self.meta.listed_at(d.id(), dattr.fingerprint());
+        self.meta.renew_listing(d.id(), &dattr.fingerprint(), dat);
         true
+    }
+
+    /// Whether a listing whose trust ran out is renewed by asking for its directory's
+    /// attributes (one request: unchanged, its names stand) rather than listed again: where
+    /// the store's directory times follow their names, and a listing costs more than one
+    /// request (each entry's attributes are a request of their own: a filesystem). Where a
+    /// listing brings every entry's attributes in a request per page (S3, sftp), listing
+    /// again renews the entries too, for about as much.
+    pub(crate) fn renews_listings(&self) -> bool {
+        self.sh.store.dirs_track_names() && !self.sh.store.listing_carries_attrs()
+    }
+
+    /// Renews `d`'s listing whose trust ran out (see [`Namespace::renews_listings`]): one
+    /// request for the directory's attributes. False: listed again.
+    fn renew(&self, d: &Arc<Inode<St<S>>>) -> bool {
+        if !self.renews_listings() || !self.meta.has_listing(d.id()) {
+            return false;
+        }
+        let asked = Instant::now();
+        let Ok(a) = self.fetch_attr(d) else {
+            return false;
+        };
+        let renewed =
+            a.kind == FileKind::Dir && self.meta.renew_listing(d.id(), &a.fingerprint(), asked);
+        if renewed {
+            FsStats::add(&self.sh.stats.meta_renewals, 1);
+        }
+        renewed
     }
 
     /// Reads the directory once; later readdir calls page through this snapshot, so offsets
@@ -228,7 +264,11 @@ impl<S: Store> Namespace<S> {
         if !self.meta.has_listing(i.id()) {
             self.restore_listing(i, false);
         }
-        let listing: Vec<ListedName> = match self.cached_listing(i) {
+        let mut cached = self.cached_listing(i);
+        if cached.is_none() && self.renew(i) {
+            cached = self.cached_listing(i);
+        }
+        let listing: Vec<ListedName> = match cached {
             Some(l) => l,
             None if self.meta.enabled() => self
                 .list_dir(i)?

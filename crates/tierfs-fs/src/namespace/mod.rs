@@ -3,21 +3,25 @@
 //! ESTALE rules. It knows nothing of file data: the data path (`data`) and write-back stand
 //! on it, never the other way round.
 //!
-//! Files: this one (the table, lookups, attributes), `listing` (directory listings and
-//! handles), `names` (creating and removing names), `rename`, `estale` (replaced files and
-//! the kernel's retry), `attrs` (symlinks, xattrs, statfs), `persisted` (which listings in
-//! the SSD tier are current).
+//! Files: this one (the table, lookups, attributes), `nodes` (an inode's store object and
+//! its attributes from the store), `checks` (close-to-open in one request), `listing`
+//! (directory listings and handles), `names` (creating and removing names), `rename`,
+//! `estale` (replaced files and the kernel's retry), `attrs` (symlinks, xattrs, statfs),
+//! `persisted` (which listings in the SSD tier are current).
 
 mod absent;
 mod attrs;
+mod checks;
 mod entry_attrs;
 mod estale;
 mod listing;
 mod names;
+mod nodes;
 mod persisted;
 mod provisional;
 mod rename;
 
+pub(crate) use checks::Answer;
 pub use listing::DirOpen;
 pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV, STALL_PATIENCE};
 
@@ -30,7 +34,7 @@ use dashmap::DashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tierfs_cache::SingleFlight;
 use tierfs_store::{Attr, Errno, FileKind, Owner, Result, Store};
 
@@ -39,9 +43,10 @@ use tierfs_store::{Attr, Errno, FileKind, Owner, Result, Store};
 pub struct Entry {
     pub ino: u64,
     pub attr: Attr,
-    /// How old the attributes are (served from the metadata cache): the kernel should trust
-    /// them that much less.
-    pub age: std::time::Duration,
+    /// How long the kernel may keep the attributes (capped by `fuse.attr_ttl` and
+    /// `fuse.entry_ttl`): what is left of their trust in the metadata cache, nothing for
+    /// attributes whose trust ran out (it asks for them again before using them).
+    pub valid: std::time::Duration,
 }
 
 /// Who asked, for ownership of new objects.
@@ -87,15 +92,21 @@ pub(crate) struct Namespace<S: Store> {
     pin_lookups: parking_lot::Mutex<names::PinLookups>,
     /// Names the store said moments ago it does not have (see `absent`).
     absent: absent::Absent,
+    /// Store answers that serve as an open's close-to-open check (see `checks`).
+    pub(crate) checks: checks::Checks,
+    /// The store has no extended attributes at all (see `attrs`).
+    pub(crate) no_xattrs: bool,
 }
 
 impl<S: Store> Namespace<S> {
     pub fn new(sh: Arc<Shared<S>>, root: Node<S>, root_attr: &Attr) -> Namespace<S> {
+        let no_xattrs = sh.store.listxattr(&root) == Err(Errno::ENOTSUP);
         let mut meta = MetaCache::new(
             sh.cfg.meta_ttl,
             sh.cfg.meta_max_entries,
             sh.store.identity_kind() == tierfs_store::Identity::Path,
         );
+        meta.set_ttl_min(sh.cfg.ttl_min_setting());
         meta.serve_stale_while(sh.store.inner().health.gone_flag());
         meta.set_dirs_track_names(sh.store.dirs_track_names());
         let ns = Namespace {
@@ -114,6 +125,8 @@ impl<S: Store> Namespace<S> {
             listing_stamps: DashMap::new(),
             pin_lookups: parking_lot::Mutex::new(names::PinLookups::default()),
             absent: absent::Absent::default(),
+            checks: checks::Checks::default(),
+            no_xattrs,
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());
@@ -174,19 +187,26 @@ impl<S: Store> Namespace<S> {
         attr.ino = inode.ino;
         Entry {
             ino: inode.ino,
-            age: self.kernel_age(&attr, std::time::Duration::ZERO),
+            valid: self.kernel_valid(&attr, self.meta.trust(&attr, fetched)),
             attr,
         }
     }
 
-    /// How old the kernel should take `attr` to be. With path identities each name of a
-    /// hard-linked file is an object of its own, and a link or unlink through one name
-    /// changes the others' link count unseen: such attributes are not to be kept at all.
-    pub(crate) fn kernel_age(&self, attr: &Attr, age: std::time::Duration) -> std::time::Duration {
+    /// How long the kernel may keep `attr`, trusted for `left` more here. With path
+    /// identities each name of a hard-linked file is an object of its own, and a link or
+    /// unlink through one name changes the others' link count unseen: such attributes are
+    /// not to be kept at all. Without the metadata cache, `fuse.attr_ttl` decides alone.
+    pub(crate) fn kernel_valid(
+        &self,
+        attr: &Attr,
+        left: std::time::Duration,
+    ) -> std::time::Duration {
         if self.meta.distrusts(attr) {
+            std::time::Duration::ZERO
+        } else if !self.meta.enabled() {
             std::time::Duration::MAX
         } else {
-            age
+            left
         }
     }
 
@@ -225,6 +245,12 @@ impl<S: Store> Namespace<S> {
                 };
                 // A name the listing lacked (created behind our back): it has it now.
                 self.meta.learn_name(p.id(), name, &attr);
+                // The open that may follow from this thread takes it as its check.
+                let answer = Answer {
+                    attr,
+                    asked: fetched,
+                };
+                self.checks.note(pid, ident(&attr), answer);
                 self.entry_fetched(&p, name, node, attr, fetched)
             }
         };
@@ -267,7 +293,8 @@ impl<S: Store> Namespace<S> {
         Ok(Entry {
             ino: inode.ino,
             attr: self.with_ino(inode, attr),
-            age: std::time::Duration::ZERO,
+            // Ours alone until the store has it.
+            valid: std::time::Duration::MAX,
         })
     }
 
@@ -318,7 +345,7 @@ impl<S: Store> Namespace<S> {
         let e = Entry {
             ino: inode.ino,
             attr: self.with_ino(&inode, attr),
-            age: std::time::Duration::ZERO,
+            valid: std::time::Duration::MAX,
         };
         Ok((inode, e))
     }
@@ -333,28 +360,25 @@ impl<S: Store> Namespace<S> {
         }
     }
 
-    /// [`Namespace::getattr_aged`] when the metadata cache can answer without I/O.
+    /// [`Namespace::getattr_valid`] when the metadata cache can answer without I/O.
     pub fn getattr_fast(&self, ino: u64) -> Option<(Attr, std::time::Duration)> {
         let i = self.inodes.get(ino)?;
         if let Some(a) = self.prov.attr(i.id()) {
-            return Some((self.with_ino(&i, a), std::time::Duration::ZERO));
+            return Some((self.with_ino(&i, a), std::time::Duration::MAX));
         }
-        let (attr, at) = self.meta.attr(i.id())?;
+        let (attr, _, left) = self.meta.attr_left(i.id())?;
         FsStats::add(&self.sh.stats.meta_hits, 1);
-        Some((
-            self.with_ino(&i, attr),
-            self.kernel_age(&attr, at.elapsed()),
-        ))
+        Some((self.with_ino(&i, attr), self.kernel_valid(&attr, left)))
     }
 
-    /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A stale
-    /// listing of a directory listed before is revalidated with one listing, for every name
-    /// in it at once (`ls -l`, `find` and `grep -r` then cost one backing call per directory),
-    /// when it holds the name asked for; a name listed for names first without fresh
-    /// attributes gets them with every other entry of its class (`entry_attrs`). A name it lacks is asked for alone: such lookups
-    /// come from programs creating names (`tar -x`, a build, `cp -r` into the directory),
-    /// and a relisting would not answer them but cost an `fstatat` per entry each time the
-    /// listing expired, which over NFS made an untar into large directories quadratic.
+    /// A lookup answered by the metadata cache: `Ok(None)` when it cannot answer. A name in
+    /// a listing whose trust ran out is asked of the store alone, one request, never by
+    /// listing its directory again: a walk of a directory slower than the listing's trust
+    /// (10,000 entries over sshfs, an `fstatat` each) relisted it for every name it asked,
+    /// 152 listings for one `ls -l`. Readdir lists a directory again, and an `opendir`
+    /// renews a listing whose directory is unchanged with one request (`listing`). A name
+    /// listed for names first without fresh attributes gets them with every other entry of
+    /// its class (`entry_attrs`).
     pub(crate) fn lookup_cached(
         &self,
         p: &Arc<Inode<St<S>>>,
@@ -372,10 +396,13 @@ impl<S: Store> Namespace<S> {
             if let Some(e) = self.answer_while_gone(p, name) {
                 return Ok(Some(e));
             }
-        }
-        if matches!(found, NameLookup::Unknown) && self.meta.listing_has(p.id(), name) {
-            self.list_dir(p)?;
-            found = self.meta.lookup(p.id(), name);
+            // The store cannot answer: a listing of the directory, whatever its age or origin
+            // (one restored from the SSD tier is never taken for fresh), that lacks the name
+            // answers for it, as a cached listing answers `ls` (else a `stat` of a new name,
+            // and so every create, failed with ENOTCONN while the store hung).
+            if self.meta.has_listing(p.id()) && !self.meta.listing_has(p.id(), name) {
+                return Err(Errno::ENOENT);
+            }
         }
         // Listed for names first: its kind of entries' attributes, all at once.
         if let NameLookup::Found(c) = found {
@@ -394,19 +421,22 @@ impl<S: Store> Namespace<S> {
             return None;
         }
         let id = self.sh.store.derive(p.id(), name);
-        let (mut attr, at) = self.meta.attr(id)?;
+        let (mut attr, at, left) = self.meta.attr_left(id)?;
         FsStats::add(&self.sh.stats.meta_hits, 1);
         let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
         attr.ino = inode.ino;
         Some(Entry {
             ino: inode.ino,
+            valid: self.kernel_valid(&attr, left),
             attr,
-            age: self.kernel_age(&attr, at.elapsed()),
         })
     }
 
     /// The entry a cached listing gives for `name`: ENOENT if the fresh listing lacks it,
-    /// None if the cache cannot answer (no fresh listing, or no fresh attributes).
+    /// None if the cache cannot answer (no fresh listing, or no attributes). Attributes whose
+    /// trust ran out are given with no time to keep them: the kernel asks for them again
+    /// (one request, a GETATTR) before it uses them, and an open checks the file anyway, so
+    /// the lookup itself costs none.
     pub(crate) fn answer_from_listing(
         &self,
         p: &Arc<Inode<St<S>>>,
@@ -417,110 +447,35 @@ impl<S: Store> Namespace<S> {
             NameLookup::Found(c) => c,
             // Close-to-open covers new names too: a file created behind our back must be
             // found by the next open, so with `meta.cto` a name missing from the listing is
-            // asked for (a positive answer is checked again by the open itself).
-            NameLookup::Absent if self.sh.cfg.meta_cto => return None,
+            // asked for (a positive answer is checked again by the open itself). Not while
+            // the store is gone or hangs: the listing answers, as it answers `ls`.
+            NameLookup::Absent if self.sh.cfg.meta_cto && !self.sh.store.inner().health.gone() => {
+                return None
+            }
             NameLookup::Absent => {
                 FsStats::add(&self.sh.stats.meta_hits, 1);
                 return Some(Err(Errno::ENOENT));
             }
             NameLookup::Unknown => return None,
         };
-        let (mut attr, at) = self.meta.attr(child.id)?;
+        let (mut attr, at, left) = match self.meta.attr_left(child.id) {
+            Some(r) => r,
+            None => {
+                let (a, at) = self.meta.attr_expired(child.id)?;
+                (a, at, Duration::ZERO)
+            }
+        };
+        if attr.kind != child.kind {
+            return None;
+        }
         FsStats::add(&self.sh.stats.meta_hits, 1);
         let inode = self.inodes.remember_lazy(p.clone(), name, &attr, at);
         attr.ino = inode.ino;
         Some(Ok(Entry {
             ino: inode.ino,
+            valid: self.kernel_valid(&attr, left),
             attr,
-            age: self.kernel_age(&attr, at.elapsed()),
         }))
-    }
-
-    /// The backing node of an inode, resolving it from its parent and name if the inode was
-    /// learned from the metadata cache. ESTALE if the name now holds another object: the
-    /// kernel then looks the path up again.
-    pub(crate) fn node(&self, i: &Arc<Inode<St<S>>>) -> Result<Node<S>> {
-        if let Some(n) = i.node() {
-            return Ok(n);
-        }
-        let id = i.id();
-        if is_provisional(id) {
-            // Not on the store yet: the namespace flusher makes it (and gives it its node).
-            self.prov.wait(id)?;
-            if let Some(n) = i.node() {
-                return Ok(n);
-            }
-        }
-        let origin = i.origin.lock().clone();
-        let Some((parent, name)) = origin else {
-            return i.node().ok_or(Errno::ESTALE);
-        };
-        let pnode = self.node(&parent)?;
-        // A store whose nodes are names (S3) makes it without a request: the operation that
-        // follows (an open, a getattr) finds out whether the object is still there.
-        if let Some(node) = self.sh.store.child_node(&pnode, &name, i.kind) {
-            if node.id() == i.id() {
-                self.inodes.hold_node(i, node.clone());
-                return Ok(node);
-            }
-        }
-        let (node, attr) = match self.sh.store.lookup(&pnode, &name) {
-            Ok(r) => r,
-            Err(e) => {
-                self.meta.drop_listing(parent.id());
-                return Err(if e == Errno::ENOENT { Errno::ESTALE } else { e });
-            }
-        };
-        // (Another kind is another object even where identities are paths.)
-        if ident(&attr) != i.id() || attr.kind != i.kind {
-            self.meta.drop_listing(parent.id());
-            return Err(Errno::ESTALE);
-        }
-        self.meta.put_attr(&attr, Instant::now());
-        self.inodes.hold_node(i, node.clone());
-        Ok(node)
-    }
-
-    /// The store's attributes of `i`, recorded. They are stamped with when they were asked
-    /// for: if a change of ours landed meanwhile (a flush), what it recorded is newer and
-    /// stays, in the metadata cache and in the file's state, and is what the kernel is told
-    /// (see `FileState::own_change`).
-    fn fetch_attr(&self, i: &Arc<Inode<St<S>>>) -> Result<Attr> {
-        let node = self.node(i)?;
-        let fetched = Instant::now();
-        let attr = self.sh.store.getattr(&node)?;
-        let newest = self.meta.put_attr_fetched(&attr, fetched);
-        if let Some(st) = &i.file {
-            self.sh.observe_fetched(st, &attr, fetched);
-        }
-        Ok(newest)
-    }
-
-    /// The attributes of `i` as the store names them (its identity, not the kernel's inode
-    /// number): from the metadata cache, else asked for.
-    pub(crate) fn store_attr(&self, i: &Arc<Inode<St<S>>>) -> Result<Attr> {
-        match self.meta.attr(i.id()) {
-            Some((a, _)) => Ok(a),
-            None => self.fetch_attr(i),
-        }
-    }
-
-    /// `Fs::getattr` and the age of the answer (see [`Entry::age`]).
-    pub fn getattr_aged(&self, ino: u64) -> Result<(Attr, std::time::Duration)> {
-        let i = self.inode(ino)?;
-        if let Some(a) = self.prov.attr(i.id()) {
-            return Ok((self.with_ino(&i, a), std::time::Duration::ZERO));
-        }
-        if let Some((attr, at)) = self.meta.attr(i.id()) {
-            FsStats::add(&self.sh.stats.meta_hits, 1);
-            return Ok((
-                self.with_ino(&i, attr),
-                self.kernel_age(&attr, at.elapsed()),
-            ));
-        }
-        let attr = self.fetch_attr(&i)?;
-        let age = self.kernel_age(&attr, std::time::Duration::ZERO);
-        Ok((self.with_ino(&i, attr), age))
     }
 
     /// The kernel forgot `n` lookups of `ino`; true if it forgot the inode (and its pages).

@@ -96,7 +96,7 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Whether `name` is known to be free in directory `p` of the store: a fresh listing
-    /// lacks it, or the store said so within `meta.ttl` (see `absent`). Write-back then
+    /// lacks it, or the store said so within `meta.ttl_min` (see `absent`). Write-back then
     /// defers a create, link or rename to it.
     pub(crate) fn name_free(&self, p: &Arc<Inode<St<S>>>, name: &OsStr) -> bool {
         match self.meta.lookup(p.id(), name) {
@@ -105,7 +105,7 @@ impl<S: Store> Namespace<S> {
             NameLookup::Unknown => {
                 self.absent
                     .since(p.id(), name)
-                    .is_some_and(|t| t.elapsed() < self.meta.ttl())
+                    .is_some_and(|t| t.elapsed() < self.meta.ttl_min())
                     && !self.meta.listing_has(p.id(), name)
             }
         }
@@ -201,6 +201,19 @@ impl<S: Store> Namespace<S> {
     /// Returns the identity the name holds (its attributes change: link count, ctime).
     /// With `pin`, the inode keeps its node from now on (the name it was found by goes away).
     pub(crate) fn resolve_victim(
+        &self,
+        p: &Arc<Inode<St<S>>>,
+        name: &OsStr,
+        pin: bool,
+    ) -> Option<crate::meta::Ident> {
+        let id = self.resolve_victim_now(p, name, pin);
+        if let Some(id) = id {
+            self.inodes.drop_spare(id);
+        }
+        id
+    }
+
+    fn resolve_victim_now(
         &self,
         p: &Arc<Inode<St<S>>>,
         name: &OsStr,

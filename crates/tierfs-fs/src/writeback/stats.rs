@@ -20,7 +20,7 @@ pub struct WbCounters {
     pub hard_waits: AtomicU64,
     pub journal_full_waits: AtomicU64,
     pub enospc: AtomicU64,
-    /// Writes refused with ENOSPC because the cache device had no room for the journal.
+    /// Writes the journal had no room for on the cache device: written through to the store.
     pub journal_no_space: AtomicU64,
     pub replayed_writes: AtomicU64,
     pub replayed_bytes: AtomicU64,

@@ -165,6 +165,16 @@ fn damaged_or_foreign_superblock_is_refused() {
     fill(&c, 0..3, 100);
 }
 
+/// A first open killed while it wrote the superblock leaves `superblock.tmp` alone: the
+/// next open creates the tier, it does not call that damage (survives_kill_9 found it).
+#[test]
+fn a_superblock_cut_short_at_creation_is_no_damage() {
+    let d = tmpdir();
+    fs::write(d.path().join("superblock.tmp"), b"half a superbl").unwrap();
+    let c = SsdCache::open(d.path(), &ident(), cfg(), false).expect("open");
+    fill(&c, 0..3, 100);
+}
+
 #[test]
 fn torn_last_segment_keeps_earlier_entries() {
     for keep_checkpoint in [false, true] {

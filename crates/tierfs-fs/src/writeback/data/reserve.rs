@@ -1,0 +1,259 @@
+//! Space reservation (PxFS fastwrite): a write that will need backing space takes it from a
+//! local pool first, so a full backing store fails that write(2) with ENOSPC instead of a
+//! flush failing later, when the application has long been told its data is safe.
+//!
+//! The pool is refilled in chunks against the backing store's free space (statfs) minus
+//! what is reserved and not yet flushed. Reservations are conservative: every dirty byte
+//! holds space until it is flushed, overwrites of existing data included (on a store that
+//! allocates on overwrite, like ZFS or btrfs, that is even needed). Quotas are not read
+//! (statfs shows the filesystem, not the user's quota): a quota-limited user gets EDQUOT
+//! at flush, kept and retried like any flush error, and reported at fsync/close.
+
+use crate::stats::ReserveStats;
+use parking_lot::Mutex;
+use std::time::{Duration, Instant};
+use tierfs_store::{Errno, Result};
+
+/// How often the pool re-reads free space even while it has credit: other writers of the
+/// backing store consume it too.
+const RESTAT: Duration = Duration::from_secs(1);
+
+struct Inner {
+    /// The store's allocation unit (statfs `f_frsize`), learnt at the first refill.
+    block: u64,
+    /// Bytes granted from the store's free space and not yet handed to writes.
+    credit: u64,
+    /// Bytes handed to writes and not yet flushed (the store has not consumed them yet).
+    reserved: u64,
+    statted: Option<Instant>,
+}
+
+pub struct Reservations {
+    inner: Mutex<Inner>,
+    chunk: u64,
+    /// Free space never handed out (in bytes): room for metadata, journals, other users.
+    margin: u64,
+}
+
+impl Reservations {
+    pub fn new(chunk: u64, margin: u64) -> Reservations {
+        Reservations {
+            inner: Mutex::new(Inner {
+                block: 4096,
+                credit: 0,
+                reserved: 0,
+                statted: None,
+            }),
+            chunk,
+            margin,
+        }
+    }
+
+    /// Takes the space a write of `len` bytes at `offset` may allocate: every store block it
+    /// touches, whole (a store allocates blocks, not bytes). Refills from `free()` (the
+    /// store's free bytes and block size now) when the credit is short or old. Returns the
+    /// bytes taken (give them back with [`Reservations::release`]); ENOSPC if the store
+    /// cannot hold them.
+    pub fn reserve(
+        &self,
+        offset: u64,
+        len: u64,
+        free: impl FnOnce() -> Result<(u64, u64)>,
+    ) -> Result<u64> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut i = self.inner.lock();
+        let stale = i.statted.is_none_or(|t| t.elapsed() >= RESTAT);
+        let blocks = |b: u64| (offset + len).div_ceil(b) - offset / b;
+        let mut n = blocks(i.block) * i.block;
+        if i.credit < n || stale {
+            match free() {
+                Ok((free, block)) => {
+                    i.block = block.clamp(512, 1 << 20);
+                    n = blocks(i.block) * i.block;
+                    // What the store can still take beyond what we promised already.
+                    let avail = free.saturating_sub(i.reserved).saturating_sub(self.margin);
+                    i.credit = avail.min(self.chunk.max(n));
+                    i.statted = Some(Instant::now());
+                }
+                // The store is gone (see `health`): the credit it granted still holds, so
+                // write-back goes on absorbing writes until it is spent.
+                Err(Errno::ENOTCONN) if i.credit >= n => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if i.credit < n {
+            return Err(Errno::ENOSPC);
+        }
+        i.credit -= n;
+        i.reserved += n;
+        Ok(n)
+    }
+
+    /// [`Reservations::reserve`] from the credit at hand only: None when it would have to
+    /// ask the store for its free space first (credit short or older than `RESTAT`), so a
+    /// caller that must not block on the store can hand the write to a thread that may.
+    pub fn try_reserve(&self, offset: u64, len: u64) -> Option<u64> {
+        if len == 0 {
+            return Some(0);
+        }
+        let mut i = self.inner.lock();
+        if i.statted.is_none_or(|t| t.elapsed() >= RESTAT) {
+            return None;
+        }
+        let n = ((offset + len).div_ceil(i.block) - offset / i.block) * i.block;
+        if i.credit < n {
+            return None;
+        }
+        i.credit -= n;
+        i.reserved += n;
+        Some(n)
+    }
+
+    /// `n` reserved bytes were flushed (or dropped): the store holds them now (or never will).
+    pub fn release(&self, n: u64) {
+        let mut i = self.inner.lock();
+        i.reserved = i.reserved.saturating_sub(n);
+    }
+
+    pub fn stats(&self) -> ReserveStats {
+        let i = self.inner.lock();
+        ReserveStats {
+            credit_bytes: i.credit,
+            reserved_bytes: i.reserved,
+            reserved_inodes: 0,
+        }
+    }
+}
+
+/// Inodes for deferred creates (write-back of namespace operations): a create or mkdir is
+/// acknowledged before the store makes the object, so it is deferred only while the store's
+/// free inodes (statfs `f_ffree`, at most `RESTAT` old) exceed those promised to creates not
+/// yet applied, by a margin. Otherwise it is done on the store at once, and a store out of
+/// inodes or over quota fails that very call, with its own errno (ENOSPC, EDQUOT). A store
+/// that reports no inode count (`f_files` 0: btrfs, many network filesystems) limits
+/// nothing here; its bytes are reserved like data (`Reservations`).
+pub struct InodeReservations {
+    inner: Mutex<InodeInner>,
+    margin: u64,
+}
+
+struct InodeInner {
+    /// Free inodes at the last statfs; None: the store does not count them.
+    free: Option<u64>,
+    /// Promised to deferred creates not yet applied.
+    reserved: u64,
+    statted: Option<Instant>,
+}
+
+impl InodeReservations {
+    pub fn new(margin: u64) -> InodeReservations {
+        InodeReservations {
+            inner: Mutex::new(InodeInner {
+                free: None,
+                reserved: 0,
+                statted: None,
+            }),
+            margin,
+        }
+    }
+
+    /// Takes one inode; false when the store may not have it (the create is then done on
+    /// the store). `stat` gives the store's (total, free) inodes; None: it may not be asked
+    /// now (the dispatching thread) and the count is older than `RESTAT`: false.
+    pub fn reserve(&self, stat: Option<&dyn Fn() -> Result<(u64, u64)>>) -> bool {
+        let mut i = self.inner.lock();
+        if i.statted.is_none_or(|t| t.elapsed() >= RESTAT) {
+            let Some(stat) = stat else { return false };
+            match stat() {
+                Ok((files, ffree)) => {
+                    i.free = (files > 0).then_some(ffree);
+                    i.statted = Some(Instant::now());
+                }
+                // Gone (or hung): the count last seen still holds for what it leaves, as the
+                // data credit does (`reserve`), so a create in a cached directory is
+                // absorbed while the store does not answer.
+                Err(Errno::ENOTCONN) if i.statted.is_some() => {}
+                // Failing, or never counted: no promise on an unknown count.
+                Err(_) => return false,
+            }
+        }
+        match i.free {
+            Some(f) if f.saturating_sub(self.margin) <= i.reserved => false,
+            _ => {
+                i.reserved += 1;
+                true
+            }
+        }
+    }
+
+    /// A deferred create was applied (or refused): the store's count has it now.
+    pub fn release(&self) {
+        let mut i = self.inner.lock();
+        i.reserved = i.reserved.saturating_sub(1);
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.inner.lock().reserved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inodes_are_promised_up_to_the_free_count_less_the_margin() {
+        let r = InodeReservations::new(2);
+        let stat = || Ok((100, 5));
+        // 5 free, margin 2: three creates deferred, the fourth done on the store.
+        assert!(r.reserve(Some(&stat)));
+        assert!(r.reserve(None), "within RESTAT the count at hand answers");
+        assert!(r.reserve(None));
+        assert!(!r.reserve(None));
+        r.release();
+        assert!(r.reserve(None));
+        assert_eq!(r.reserved(), 3);
+        // A store without an inode count limits nothing.
+        let r = InodeReservations::new(2);
+        assert!(
+            !r.reserve(None),
+            "never stat'ed: the dispatching thread cannot tell"
+        );
+        let unlimited = || Ok((0, 0));
+        for _ in 0..1000 {
+            assert!(r.reserve(Some(&unlimited)));
+        }
+        // Nor does a store that cannot be asked: no promise.
+        let r = InodeReservations::new(2);
+        let gone = || Err(Errno::ENOTCONN);
+        assert!(!r.reserve(Some(&gone)));
+    }
+
+    #[test]
+    fn grants_until_the_store_is_full_and_again_after_release() {
+        let b = 512;
+        let r = Reservations::new(10 * b, 5 * b);
+        let free = 100 * b;
+        // 95 blocks grantable (margin 5), in chunks of 10; a 7-block write that is not
+        // aligned touches 8 blocks.
+        let mut got = 0;
+        while let Ok(n) = r.reserve(100, 7 * b, || Ok((free, b))) {
+            assert_eq!(n, 8 * b);
+            got += n;
+        }
+        assert_eq!(got, 88 * b);
+        // 7 blocks left: an aligned 7-block write fits where the unaligned one did not.
+        assert_eq!(r.reserve(0, 7 * b, || Ok((free, b))), Ok(7 * b));
+        assert_eq!(r.reserve(0, 1, || Ok((free, b))), Err(Errno::ENOSPC));
+        // Flushed: the store's free space went down by what was written.
+        r.release(95 * b);
+        assert_eq!(
+            r.reserve(100, 7 * b, || Ok((free - 95 * b, b))),
+            Err(Errno::ENOSPC)
+        );
+        r.release(0);
+        assert_eq!(r.reserve(0, 1, || Ok((free - 90 * b, b))), Ok(b));
+    }
+}
