@@ -10,7 +10,7 @@ use tierfs_fuse::FuseConfig;
 
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// `store.identity`: how the store's objects are identified (docs/architecture.md).
+    /// `store.identity`: how the store's objects are identified (docs/architecture/identity.md).
     pub store_identity: tierfs_store::IdentityChoice,
     /// `store.stat_concurrency`: entries of a listing stat'ed at once on a slow store.
     pub store_stat_concurrency: usize,

@@ -605,7 +605,7 @@ struct Side {
     mount: bool,
     fds: Vec<Option<OwnedFd>>,
     /// Whether hard links are one inode on the mount (not with path identities: there each
-    /// name is an object of its own, see docs/architecture.md); else not compared.
+    /// name is an object of its own, see docs/architecture/identity.md); else not compared.
     links_share_ino: bool,
 }
 
@@ -1329,7 +1329,7 @@ fn run_sides(
 /// `links`: whether hard links are made (not over a store identified by path: there the
 /// names of a hard-linked file are objects of their own, a change through one seen through
 /// the others like a change behind tierfs's back, at the next open or after `meta.ttl`; the
-/// gap docs/architecture.md states).
+/// gap docs/architecture/identity.md states).
 /// `crash`: `Op::CrashReplay` is drawn too.
 fn op_strategy(bs: u64, links: bool, crash: bool) -> BoxedStrategy<Op> {
     let p = || (0..DIRS.len() as u8, 0..NAMES.len() as u8).prop_map(|(d, n)| P(d, n));
@@ -1864,7 +1864,7 @@ fn model_writeback_tiny_dirty() {
 
 /// Over a store that renumbers inodes at every lookup and changes its device number at every
 /// mount (sshfs-like): objects identified by path, tierfs's own inode numbers. Hard links are
-/// then separate objects (not compared as one inode; docs/architecture.md).
+/// then separate objects (not compared as one inode; docs/architecture/identity.md).
 #[test]
 fn model_renumbering_store() {
     model_on(

@@ -1297,7 +1297,7 @@ fn lost_names(jdir: &Path) -> Vec<String> {
 /// acknowledged byte on the store, nothing older) or named in a `journal/lost/` report and
 /// exactly as the store had it before the mount (left alone, never rolled back). The last
 /// 300 KiB of the journal are never damaged: damage to its last records cannot be told from a
-/// crash mid-write (docs/writeback.md, "What a damaged journal costs").
+/// crash mid-write (docs/writeback/journal.md, "What a damaged journal costs").
 #[test]
 fn journal_damage_never_rolls_a_file_back_and_names_every_loss() {
     const ROUNDS: usize = 20;

@@ -107,7 +107,7 @@ impl<S: Store> Adapter<S> {
     /// phase went from 496 to 1,435 MB/s (212 to 696 MB/s when little host memory is warm),
     /// with the daemon's CPU unchanged. Readers of the same file on other handles stay
     /// coherent: the kernel drops the cached pages a direct write covers, and tierfs serves
-    /// the new bytes (docs/writeback.md, "The write path").
+    /// the new bytes (docs/writeback/data-path.md, "The write path").
     fn direct_flag(&self, flags: i32) -> FopenFlags {
         if self.direct_write_only && flags & libc::O_ACCMODE == libc::O_WRONLY {
             FopenFlags::FOPEN_DIRECT_IO
@@ -653,7 +653,7 @@ impl<S: Store> Filesystem for Adapter<S> {
         // Listed for names first: the first page holds `.` and `..` only (a short page: the
         // kernel asks again from offset 2, with plain READDIR unless something looked a name
         // up in the directory meanwhile). Names cannot go out in READDIRPLUS without their
-        // real attributes (docs/architecture.md, "Listings for names first").
+        // real attributes (docs/architecture/metadata.md, "Listings for names first").
         if offset == 0 && fs.lists_names_first() {
             if let Ok(mut entries) = fs.readdir(fh.0, 0) {
                 entries.truncate(2);

@@ -1,7 +1,7 @@
 //! READDIRPLUS pages: directory entries with their attributes, so that `ls -l`, `find` or
 //! `du` after a listing cost no LOOKUP per entry. Every entry carries the object's real
 //! attributes: blank ones with zero timeouts race the kernel's LOOKUP of the same name and
-//! can win over its real answer (docs/architecture.md, "Listings for names first").
+//! can win over its real answer (docs/architecture/metadata.md, "Listings for names first").
 
 use crate::attr::file_attr;
 use fuser::{Generation, INodeNo, ReplyDirectoryPlus};

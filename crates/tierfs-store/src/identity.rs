@@ -7,7 +7,7 @@
 //! 9p and FAT hand out new ones whenever the kernel forgets an inode, and every network or
 //! FUSE filesystem gets a new anonymous `st_dev` at each mount. So the device number is never
 //! part of an identity, and the inode number only where the filesystem is known to keep it;
-//! elsewhere an object is its path (see `docs/architecture.md`, "Identity and keys").
+//! elsewhere an object is its path (see `docs/architecture/identity.md`, "Identity and keys").
 
 use std::ffi::CStr;
 use std::os::fd::RawFd;

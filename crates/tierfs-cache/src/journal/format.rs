@@ -1,4 +1,5 @@
-//! The byte layout of journal records (docs/writeback.md, "Journal format") and their checksum.
+//! The byte layout of journal records (docs/writeback/journal.md, "Journal format") and their
+//! checksum.
 //!
 //! ```text
 //! record = header (24 B) | payload

@@ -1,5 +1,5 @@
 //! The write-back journal: a durable, checksummed log of acknowledged writes whose data is not
-//! yet on the backing store. Layout and rules: docs/writeback.md, "Journal format".
+//! yet on the backing store. Layout and rules: docs/writeback/journal.md, "Journal format".
 //!
 //! - `append` copies a record into an in-memory batch and returns its seq; it blocks only when
 //!   `max_buffer` bytes are already waiting for the writer (backpressure), and returns `Full`

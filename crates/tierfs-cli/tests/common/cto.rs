@@ -51,7 +51,7 @@ pub fn every_open_sees_the_change(
     }
     let last = rounds - 1;
     // Data read within a second of a change is served but not cached (the racy window,
-    // docs/architecture.md "Coherence"): read once more past it, to have it cached.
+    // docs/architecture/coherence.md "Coherence"): read once more past it, to have it cached.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     for k in 0..files {
         assert_eq!(std::fs::read(mnt.join(name(k))).unwrap(), version(k, last));

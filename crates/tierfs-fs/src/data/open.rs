@@ -490,7 +490,8 @@ impl<S: Store> Objects<S> {
     /// often to what the file was made with, and each costs a store round trip (two over
     /// sshfs, which reads the attributes again after its SETSTAT): a fifth of a
     /// write-through untar's time over sshfs. Such a chown changes nothing on the store but
-    /// the object's ctime, which is then not moved (docs/architecture.md, "The write path").
+    /// the object's ctime, which is then not moved (docs/architecture/data-path.md, "The write
+    /// path").
     ///
     /// Only with attributes the store gave less than a second ago (as a rule, its answer to
     /// the setattr just before: tar sets the times, the owner, then the mode), so that an

@@ -15,7 +15,8 @@
 //! An entry must never outlive the name's absence as we know it: every name we make (on the
 //! store or deferred) and every name a lookup finds is forgotten here (`Namespace::made_name`).
 //! A name someone else makes behind our back meanwhile is a conflict, found when the
-//! deferred operation is applied, as with a fresh listing (docs/writeback.md, Conflicts).
+//! deferred operation is applied, as with a fresh listing (docs/writeback/namespace-flusher.md,
+//! Conflicts).
 
 use crate::identity::Ident;
 use parking_lot::Mutex;

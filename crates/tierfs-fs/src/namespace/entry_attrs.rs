@@ -12,7 +12,7 @@
 //! before.
 //!
 //! The kernel gets such a directory's names in plain READDIR pages: READDIRPLUS entries
-//! carry real attributes or none are sent (docs/architecture.md, "Listings for
+//! carry real attributes or none are sent (docs/architecture/metadata.md, "Listings for
 //! names first"). The FUSE adapter asks for `FUSE_READDIRPLUS_AUTO` on such a mount and
 //! answers the first READDIRPLUS page of a directory with `.` and `..` alone; the kernel then
 //! asks for the rest with READDIR, until a lookup in the directory makes it ask for

@@ -1,7 +1,7 @@
 //! Provisional objects: names created in write-back mode (`writeback.namespace=back`) that the
 //! store does not have yet. Write-back journals the create and acknowledges it; the
 //! namespace flusher makes the object on the store later, in journal order
-//! (docs/writeback.md, "Namespace write-back").
+//! (docs/writeback/namespace.md, "Namespace write-back").
 //!
 //! Until then the object is known only here: its attributes (kept up to date by deferred
 //! setattrs), its name, and for a directory the names created in it, which are all

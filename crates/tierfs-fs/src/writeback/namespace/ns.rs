@@ -1,4 +1,4 @@
-//! Write-back of namespace operations (`writeback.namespace=back`, docs/writeback.md,
+//! Write-back of namespace operations (`writeback.namespace=back`, docs/writeback/namespace.md,
 //! "Namespace write-back"): a create, mkdir, symlink or setattr of a new object, and an
 //! unlink, rmdir or rename of one not sent yet, is checked locally, appended to the journal as an
 //! NS record, applied to the provisional objects (`namespace::provisional`) and

@@ -1,5 +1,5 @@
 //! The payload of a journal NS record (journal format 2): one namespace operation, named by
-//! backing paths, so replay can apply it with nothing but the store (docs/writeback.md,
+//! backing paths, so replay can apply it with nothing but the store (docs/writeback/journal.md,
 //! "Journal format").
 //!
 //! ```text

@@ -8,8 +8,8 @@
 //! names in a fresh listing of a directory of the store, with one link (another name would
 //! keep the object and its attributes alive), not open and with no dirty data (an open file
 //! outlives its unlink; the data of a file must reach the store before its unlink, see
-//! docs/writeback.md). From then on no open gets the object (as after the unlink), its name
-//! is hidden from lookups and listings until the flusher has removed it
+//! docs/writeback/namespace-flusher.md). From then on no open gets the object (as after the
+//! unlink), its name is hidden from lookups and listings until the flusher has removed it
 //! (`Provisional::hide`), and the inode takes an identity of its own, so that what is made
 //! under the name next, or gets the store's inode number once it is free, is another object.
 //!
