@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import benchcore as R
-import workloads as W
+import workloads_common as W
 
 KEYS = ["store", "tierfs-default", "tierfs", "tierfs-wb", "rclone"]
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost",

@@ -40,7 +40,8 @@ import benchcore as R
 import s3bench
 import sshstore
 import testdata
-from benchcore import Bench, BenchError, log
+from benchcore import BenchError, log
+from testbed import Bench
 
 SITE = sshstore.Site(netns="tierfs-meta", veth_host="tmeta0", veth_ns="tmeta1",
                      host_ip="10.79.0.1", ns_ip="10.79.0.2", dir=R.WORK / "meta-ssh",
@@ -183,8 +184,8 @@ def restore_repo_index() -> None:
 class StoreHost:
     """What SshfsStore needs of a bench run (as bench/sshfs-store's Host): the directory its
     sshd serves, where logs go, and the test-file helpers of its link measurement."""
-    test_file = R.Bench.test_file
-    warm_backing = R.Bench.warm_backing
+    test_file = Bench.test_file
+    warm_backing = Bench.warm_backing
 
     def __init__(self, b: Bench):
         self.backing = SERVED

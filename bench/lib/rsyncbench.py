@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import benchcore as R
-import workloads as W
+import workloads_common as W
 
 KEYS = ["store", "tierfs-default", "tierfs", "tierfs-wb", "rclone"]
 DIRS = 10

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import benchcore as R
 import s3small
-from benchcore import Bench, BenchError, Result, log, run
+from benchcore import BenchError, Result, log, run
+from testbed import Bench
 
 ACCESS, SECRET = "tierfs", "tierfs-secret"
 BUCKET, PREFIX = "data", "pre"

@@ -13,8 +13,9 @@ import s3bench
 import ssd
 import writerun
 from benchcore import (DEFAULT_SIZE, PLOT, RESULTS, ROOT, SLOWFS_BIN, SYS_PYTHON, TIERFS_BIN,
-                       Bench, BenchError, Interrupted, Measurement, Result, build, drop_caches,
-                       ensure_root, ensure_tools, human, loadavg, log, machine_info, run)
+                       BenchError, Interrupted, Result, build, drop_caches, ensure_root,
+                       ensure_tools, human, loadavg, log, machine_info, run)
+from testbed import Bench, Measurement
 from writerun import WRITE_DEFAULT_SIZE, WRITE_QUICK_SIZE
 
 

@@ -1,6 +1,6 @@
 """The suite's workloads by name (`bench/run WORKLOAD[@PROFILE]`): those of workloads.py, and
 those with a module of their own (git, rsync: gitbench.py, rsyncbench.py), which use
-workloads.py's helpers. Above all of them, so that none imports another back."""
+workloads_common.py's helpers. Above all of them, so that none imports another back."""
 
 import gitbench
 import rsyncbench
