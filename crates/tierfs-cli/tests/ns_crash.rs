@@ -1,8 +1,8 @@
 //! Issue 15, point 2: write-back of namespace operations survives `kill -9`.
 //!
-//! 100 rounds over one BACKING and cache dir, with `-o writeback.mode=back` (namespace
-//! write-back on, the default): a writer thread works through the mount like an untar with
-//! second thoughts (mkdir, create + write + chmod + utimens, appends, rewrites (open
+//! 100 rounds (`TIERFS_CRASH_ROUNDS=N` for more: `bench/crash-rounds`) over one BACKING and
+//! cache dir, with `-o writeback.mode=back` (namespace write-back on, the default): a writer
+//! thread works through the mount like an untar with second thoughts (mkdir, create + write + chmod + utimens, appends, rewrites (open
 //! O_TRUNC), renames within and across directories, saves (a new file renamed over one in
 //! its directory), unlinks, chmods, symlinks, git's loose
 //! objects (a temporary name linked to the final one, then unlinked), fsync of files and of
@@ -33,7 +33,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const TMP: &str = "/var/tmp";
-const ROUNDS: usize = 100;
+/// Rounds in CI; `TIERFS_CRASH_ROUNDS=N` runs more (`bench/crash-rounds`: the long run).
+fn rounds() -> usize {
+    std::env::var("TIERFS_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
 
 fn seed() -> u64 {
     let seed = match std::env::var("TIERFS_WB_SEED") {
@@ -617,7 +623,10 @@ fn namespace_writeback_survives_kill9() {
     let seed = seed();
     let m = BinMount::unmounted_in(Path::new(TMP));
     let mnt = m.mnt.clone();
-    with_timeout(Duration::from_secs(900), vec![mnt.clone()], move || {
+    let rounds = rounds();
+    // 9 s a round at most (a CI round takes under 3 s here).
+    let limit = Duration::from_secs(900.max(9 * rounds as u64));
+    with_timeout(limit, vec![mnt.clone()], move || {
         let opts_env = std::env::var("TIERFS_NS_OPTS").unwrap_or_default();
         let mut opts = vec!["ram.max=64M", "writeback.mode=back"];
         opts.extend(opts_env.split(",").filter(|s| !s.is_empty()));
@@ -630,7 +639,7 @@ fn namespace_writeback_survives_kill9() {
         let (mut ops, mut barriers_total, mut matched_at_end) = (0usize, 0usize, 0usize);
         // Saves over a file of the store acknowledged before the store had them (`ns_replace`).
         let mut replaced = 0;
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             // The model starts from what BACKING holds now.
             let mut model = Model::default();
             // Names of one file (git's objects kept under both names): one object.
@@ -757,7 +766,7 @@ fn namespace_writeback_survives_kill9() {
             carried = got;
         }
         println!(
-            "ns_crash: {ROUNDS} rounds, {ops} namespace operations, {barriers_total} of them before an acknowledged fsync, {matched_at_end} rounds with every operation on the store, {replaced} saves over a file of the store deferred; {} names at the end; {:.1} s",
+            "ns_crash: {rounds} rounds, {ops} namespace operations, {barriers_total} of them before an acknowledged fsync, {matched_at_end} rounds with every operation on the store, {replaced} saves over a file of the store deferred; {} names at the end; {:.1} s",
             carried.len(),
             t0.elapsed().as_secs_f64()
         );
