@@ -7,6 +7,7 @@ or, several panels in one figure (2 per row):
          {"title": str, "subtitle": str,
           "panels": [{"title": str, "unit": str,
                       "bars": [...] (as above, each may have a "color"),
+                      "fmt": the bars' number format (default ",.0f"),
                       "hlines": [{"y": float, "label": str}]
                       | "kind": "lines", "categories": [str], "series": [{"name": str,
                         "values": [float]}]}]}
@@ -85,7 +86,8 @@ def panels_matplotlib(d, out):
                            color=[b.get("color") or colors[i % len(colors)]
                                   for i, b in enumerate(bars)])
             for r, b in zip(rects, bars):
-                ax.annotate(f"{b['value']:,.0f}", (r.get_x() + r.get_width() / 2, r.get_height()),
+                ax.annotate(format(b["value"], p.get("fmt", ",.0f")),
+                            (r.get_x() + r.get_width() / 2, r.get_height()),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 2),
                             textcoords="offset points")
             for h in p.get("hlines", []):

@@ -1,5 +1,5 @@
 """The single-workload reports, `bench/run --workload NAME`: the registry (seqread and
-blocksize here, ssd in ssd.py, write in writerun.py), their shared report
+blocksize here, ssd in ssd.py, write in writerun.py, fleet in fleetbench.py), their shared report
 (bench/results/<date>-<workload>-<profile>[-<size>].md + .png) and the driver, main(args)."""
 import datetime
 import json
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import fleetbench
 import metabench
 import s3bench
 import ssd
@@ -36,6 +37,15 @@ def workload(name: str, description: str):
                 "bench/lib/s3bench.py, s3small.py")
 def wl_s3(b: Bench) -> Result:
     return s3bench.wl_s3(b)
+
+
+@workload("fleet", "the shared tier across three hosts (issue 44): host 1 reads a dataset of "
+                   "large and small files cold from an S3 origin 20 ms away (versitygw behind "
+                   "the delay relay) and uploads it to a SeaweedFS cluster; hosts 2 and 3 then "
+                   "read it cold from the tier; seconds and origin bytes per host, against one "
+                   "mount with no tier; bench/lib/fleetbench.py, fleetreport.py")
+def wl_fleet(b: Bench) -> Result:
+    return fleetbench.wl_fleet(b)
 
 
 @workload("meta", "metadata and small files over a latency-bound store (issue 42): sshfs "
@@ -201,6 +211,8 @@ def default_size(args) -> str:
         return "1G"
     if args.workload == "meta":
         return "128M" if args.quick else "1G"
+    if args.workload == "fleet":
+        return "2G"
     return DEFAULT_SIZE
 
 
@@ -211,6 +223,8 @@ def report_paths(args, started: datetime.datetime):
         # <date>-<commit>-meta, as the suite's reports are named by commit
         commit = run(["git", "rev-parse", "HEAD"], 30, check=False, cwd=ROOT).stdout.strip()
         base = f"{started:%Y-%m-%d}-{commit[:10] or 'unknown'}-meta"
+    elif args.workload == "fleet":
+        base = f"{started:%Y-%m-%d}-fleet-{args.size}"
     elif args.size != default_size(args):
         base += f"-{args.size}"
     if getattr(args, "quick", False):
@@ -232,7 +246,7 @@ def report_header(b: Bench, machine: dict, started: datetime.datetime, title: st
              f"{loadavg()} (other processes competing for the CPUs skew FUSE timings)")
     L.append(f"- command: `bench/run {shlex.join(sys.argv[1:])}`")
     L.append(f"- workload: {WORKLOADS[args.workload][1]}")
-    if args.workload == "meta":
+    if args.workload in ("meta", "fleet"):
         L.append(f"- store: **{b.emulation}**")
     else:
         L.append(f"- slow store emulation (tierfs-slowfs): `{b.emulation or 'not mounted'}`")
@@ -253,7 +267,9 @@ def write_custom_report(b: Bench, res: Result, machine: dict,
             log(f"plot failed: {(p.stderr or '').strip()[-500:]}")
     title = {"s3": "tierfs over an S3 server with added latency",
              "ssh": "Metadata and small files over ssh: sshfs, tierfs (sshfs, sftp://), rclone "
-                    "sftp (issue 42)"}.get(b.args.profile,
+                    "sftp (issue 42)",
+             "fleet": "The shared tier across a fleet: three hosts read one dataset from a "
+                      "20 ms origin (issue 44)"}.get(b.args.profile,
                                            f"{b.args.workload} on slowfs `{b.args.profile}`")
     L = report_header(b, machine, started, title)
     L.append("")

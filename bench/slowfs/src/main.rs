@@ -4,7 +4,9 @@
 //! Kernel caching is off (direct I/O, zero TTLs), so every access by the client is a FUSE request
 //! that pays the emulated cost. See `emu.rs` for the cost model.
 
+mod backing;
 mod emu;
+mod filesystem;
 mod fs;
 
 use std::path::PathBuf;

@@ -40,6 +40,8 @@ pub struct Config {
     pub s3_upload: tierfs_s3::UploadConfig,
     /// `sftp.*`: how an sftp:// store runs ssh (crate::config_sftp).
     pub sftp: crate::config_sftp::SftpTunables,
+    /// `shared` and `shared.*`: the shared tier (crate::config_shared).
+    pub shared: crate::config_shared::SharedTunables,
     /// Whether dirty_soft / journal_size were given (else they follow dirty_hard).
     pub(crate) wb_soft_set: bool,
     pub(crate) wb_journal_set: bool,
@@ -143,6 +145,7 @@ impl Default for Config {
             s3_region: None,
             s3_upload: tierfs_s3::UploadConfig::default(),
             sftp: Default::default(),
+            shared: Default::default(),
             wb_soft_set: false,
             wb_journal_set: false,
             wb_hard_set: false,
@@ -192,6 +195,15 @@ impl Config {
         "sftp.ssh_options",
         "sftp.timeout",
         "sftp.max_in_flight",
+        "shared",
+        "shared.endpoint",
+        "shared.region",
+        "shared.namespace",
+        "shared.chunk",
+        "shared.write_rate",
+        "shared.queue",
+        "shared.timeout",
+        "shared.backoff",
         "ssd.enable",
         "ssd.max_size",
         "ssd.max_fill_pct",
@@ -277,6 +289,7 @@ impl Config {
 
     /// Checks what single keys cannot: one line naming the keys at fault.
     pub fn validate(&self) -> Result<()> {
+        self.shared.validate(self.fs.block_size)?;
         // The RAM tier must hold a few blocks to serve a read at all (a read-ahead window,
         // blocks being fetched); less is a typo.
         let least = RAM_MIN_BLOCKS * self.fs.block_size;

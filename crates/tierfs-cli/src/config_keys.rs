@@ -90,6 +90,7 @@ impl Config {
             "store.names_first" => self.store_names_first.to_string(),
             "store.timeout" => format_duration(fs.store_timeout),
             k if k.starts_with("sftp.") => return self.sftp.get(k),
+            k if k == "shared" || k.starts_with("shared.") => return self.shared.get(k),
             _ => return None,
         })
     }
@@ -301,6 +302,7 @@ impl Config {
                     self.s3_upload.parallel = parse_count(value, 1, 256)? as usize
                 }
                 k if k.starts_with("sftp.") => self.sftp.set(k, value)?,
+                k if k == "shared" || k.starts_with("shared.") => self.shared.set(k, value)?,
                 _ => bail!("unknown option"),
             }
             Ok(())

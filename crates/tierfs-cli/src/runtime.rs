@@ -207,6 +207,9 @@ pub fn fixed_reason(key: &str) -> &'static str {
             "requires remount: the journal's capacity and segment size are fixed when it is opened (on-disk layout)"
         }
         k if k.starts_with("sftp.") => "requires remount: the sftp connection is made with it at mount",
+        k if k == "shared" || k.starts_with("shared.") => {
+            "requires remount: the shared tier's bucket and chunk names are fixed when it is opened at mount"
+        }
         _ => "requires remount: fixed when the mount starts (not settable at run time yet)",
     }
 }

@@ -12,7 +12,7 @@ use crate::FsConfig;
 use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use tierfs_cache::{RamCache, SsdCache, SsdKey};
+use tierfs_cache::{RamCache, SharedCache, SsdCache, SsdKey};
 use tierfs_store::{Attr, Result, Store};
 
 /// The store as the core sees it: counted, and with every attribute carrying the object's
@@ -32,6 +32,8 @@ pub(crate) struct Shared<S: Store> {
     pub cache: Arc<RamCache>,
     /// The persistent second-level tier, if the mount has one.
     pub ssd: Option<Arc<SsdCache>>,
+    /// The shared tier many hosts read through, if the mount has one (`-o shared=`).
+    pub shared_tier: OnceLock<Arc<SharedCache>>,
     /// The kernel's page cache, once the FUSE adapter has set it (see [`crate::served`]).
     kernel: OnceLock<Arc<dyn crate::KernelCache>>,
 }
@@ -57,6 +59,7 @@ impl<S: Store> Shared<S> {
             cache: Arc::new(RamCache::new(cfg.ram_max)),
             stats: FsStats::default(),
             kernel: OnceLock::new(),
+            shared_tier: OnceLock::new(),
             store,
             cfg,
             ssd,

@@ -32,6 +32,8 @@ pub struct FsStats {
     pub ssd_blocks: AtomicU64,
     /// Partial-block reads answered straight from the SSD tier (not promoted to RAM).
     pub ssd_range_reads: AtomicU64,
+    /// Blocks the shared tier served.
+    pub shared_blocks: AtomicU64,
     /// Directories listed from the backing store (with attributes, or for names first).
     pub meta_listings: AtomicU64,
     /// Fan-outs that asked the store for the attributes of a names-first listing's entries
@@ -142,6 +144,9 @@ pub const GAUGES: &[&str] = &[
     "open_dirs",
     "store_check_us",
     "ssd.queued_bytes",
+    "shared.chunk_size",
+    "shared.down",
+    "shared.queued_bytes",
     "pressure.target",
     "pressure.size",
     "pressure.min",
@@ -189,6 +194,12 @@ pub struct StatsSnapshot {
     pub ssd_range_reads: u64,
     /// The SSD tier's own counters; absent without one.
     pub ssd: Option<tierfs_cache::SsdStats>,
+    /// Blocks served from the shared tier (`shared_blocks`), and the tier's own counters;
+    /// absent without one.
+    #[serde(default)]
+    pub shared_blocks: u64,
+    #[serde(default)]
+    pub shared: Option<tierfs_cache::SharedSnapshot>,
     pub meta_listings: u64,
     #[serde(default)]
     pub meta_entry_stats: u64,

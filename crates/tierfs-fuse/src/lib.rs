@@ -7,6 +7,9 @@
 //! lesson 2) and the pool size bounds the queue depth the backing store sees.
 
 mod adapter;
+mod adapter_dir;
+mod adapter_file;
+mod adapter_ops;
 mod attr;
 mod kernel_cache;
 mod killable;

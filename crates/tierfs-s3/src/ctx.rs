@@ -50,41 +50,56 @@ pub(crate) struct Client {
     pub raw: RawClient,
 }
 
+/// An object_store client of the bucket `cfg` names, with `options` and `retry`.
+pub(crate) fn build_s3(
+    cfg: &S3Config,
+    options: &ClientOptions,
+    retry: RetryConfig,
+) -> std::result::Result<AmazonS3, String> {
+    let mut b = AmazonS3Builder::new()
+        .with_bucket_name(&cfg.bucket)
+        .with_region(&cfg.region)
+        .with_access_key_id(&cfg.credentials.access_key_id)
+        .with_secret_access_key(&cfg.credentials.secret_access_key)
+        // If-Match / If-None-Match on PUT (AWS since 2024, versitygw, MinIO, R2, Ceph).
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_retry(retry)
+        .with_client_options(options.clone());
+    if let Some(t) = &cfg.credentials.session_token {
+        b = b.with_token(t);
+    }
+    if let Some(e) = &cfg.endpoint {
+        // Path-style addressing (http://host/bucket/key): what S3-compatible servers
+        // take; AWS takes it too.
+        b = b.with_endpoint(e).with_virtual_hosted_style_request(false);
+    }
+    b.build().map_err(|e| format!("s3://{}: {e}", cfg.bucket))
+}
+
+/// A small runtime for a client's requests (made after the daemon forks).
+pub(crate) fn runtime(name: &str) -> std::result::Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))
+}
+
 impl Client {
     pub fn new(cfg: &S3Config) -> std::result::Result<Client, String> {
         let options = ClientOptions::new()
             .with_timeout(REQUEST_TIMEOUT)
             .with_connect_timeout(Duration::from_secs(5))
             .with_allow_http(true);
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(&cfg.bucket)
-            .with_region(&cfg.region)
-            .with_access_key_id(&cfg.credentials.access_key_id)
-            .with_secret_access_key(&cfg.credentials.secret_access_key)
-            // If-Match / If-None-Match on PUT (AWS since 2024, versitygw, MinIO, R2, Ceph).
-            .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_retry(RetryConfig {
-                max_retries: MAX_RETRIES,
-                retry_timeout: RETRY_TIMEOUT,
-                ..Default::default()
-            })
-            .with_client_options(options.clone());
-        if let Some(t) = &cfg.credentials.session_token {
-            b = b.with_token(t);
-        }
-        if let Some(e) = &cfg.endpoint {
-            // Path-style addressing (http://host/bucket/key): what S3-compatible servers
-            // take; AWS takes it too.
-            b = b.with_endpoint(e).with_virtual_hosted_style_request(false);
-        }
-        let s3 = b.build().map_err(|e| format!("s3://{}: {e}", cfg.bucket))?;
+        let retry = RetryConfig {
+            max_retries: MAX_RETRIES,
+            retry_timeout: RETRY_TIMEOUT,
+            ..Default::default()
+        };
+        let s3 = build_s3(cfg, &options, retry)?;
         let raw = RawClient::new(cfg, &options, REQUEST_TIMEOUT)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("tierfs-s3")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
+        let rt = runtime("tierfs-s3")?;
         Ok(Client { rt, s3, raw })
     }
 }

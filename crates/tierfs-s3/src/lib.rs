@@ -11,6 +11,7 @@
 //! of POSIX is and is not kept.
 
 mod attrs;
+mod bucket;
 mod config;
 mod ctx;
 mod errors;
@@ -19,8 +20,11 @@ mod lineage;
 mod raw;
 mod staging;
 mod store;
+mod store_calls;
+mod store_io;
 mod upload;
 
-pub use config::{Credentials, S3Config};
+pub use bucket::ObjectBucket;
+pub use config::{parse_url, Credentials, S3Config};
 pub use ctx::{UploadConfig, PART_MIN};
 pub use store::{S3Handle, S3Node, S3Store};

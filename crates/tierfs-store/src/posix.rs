@@ -5,18 +5,22 @@
 //! to `/etc`, a `..`) can lead tierfs outside BACKING. Symlinks are returned as symlinks and
 //! never followed. Operations that Linux does not offer on `O_PATH` descriptors use the
 //! descriptor's own `/proc/self/fd/N` entry, which names exactly that inode.
+//!
+//! Here: opening BACKING, its identity, reconnecting, lookups and listings, and the
+//! [`Store`] impl, which hands the rest to the modules below it: `posix_names` (objects
+//! made, linked, removed, renamed), `posix_attr` (setattr, readlink, xattrs), `posix_io`
+//! (open files' data); all of them stand on `posix_sys`.
 
 use crate::identity::{decide, mount_of};
 use crate::posix_sys::*;
 use crate::stat_fanout::StatFanout;
+use crate::{posix_attr, posix_io, posix_names};
 use crate::{
     Attr, DirEntry, Errno, Identity, IdentityChoice, Owner, Result, SetAttr, StatFs, Store,
 };
 use std::ffi::{CString, OsStr, OsString};
-use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 pub struct PosixStore {
@@ -42,6 +46,11 @@ pub struct PosixStore {
 }
 
 impl PosixStore {
+    /// The store's directory (canonical).
+    pub fn root_dir(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// Lists a directory; with `stat`, also stats every entry through the open directory
     /// (fstatat on its fd: no path walk per entry), many at a time when the store is slow to
     /// answer one (see [`PosixStore::stat_entries`]).
@@ -289,75 +298,11 @@ impl Store for PosixStore {
         handle: Option<&PosixHandle>,
         set: &SetAttr,
     ) -> Result<Attr> {
-        // Only chmod and utimens care whether it is a symlink; the kind is known from the
-        // lookup as a rule, so no fstat is spent here (tar sets three attributes per file).
-        let is_link = if set.mode.is_some() || set.atime.is_some() || set.mtime.is_some() {
-            node.is_symlink()?
-        } else {
-            false
-        };
-        if let Some(mode) = set.mode {
-            if is_link {
-                return Err(Errno::ENOTSUP);
-            }
-            let mode = mode & 0o7777;
-            match handle {
-                Some(h) => cvt(unsafe { libc::fchmod(h.file.as_raw_fd(), mode) })?,
-                None => cvt(unsafe { libc::chmod(node.proc_path().as_ptr(), mode) })?,
-            };
-        }
-        if set.uid.is_some() || set.gid.is_some() {
-            fchown_node(
-                node,
-                set.uid.unwrap_or(u32::MAX),
-                set.gid.unwrap_or(u32::MAX),
-            )?;
-        }
-        if let Some(size) = set.size {
-            match handle {
-                Some(h) => cvt(unsafe { libc::ftruncate(h.file.as_raw_fd(), size as i64) })?,
-                None => cvt(unsafe { libc::truncate(node.proc_path().as_ptr(), size as i64) })?,
-            };
-        }
-        if set.atime.is_some() || set.mtime.is_some() {
-            let times = [timespec(set.atime), timespec(set.mtime)];
-            if is_link {
-                let empty = c"";
-                cvt(unsafe {
-                    libc::utimensat(
-                        node.fd(),
-                        empty.as_ptr(),
-                        times.as_ptr(),
-                        libc::AT_EMPTY_PATH,
-                    )
-                })?;
-            } else if let Some(h) = handle {
-                cvt(unsafe { libc::futimens(h.file.as_raw_fd(), times.as_ptr()) })?;
-            } else {
-                cvt(unsafe {
-                    libc::utimensat(libc::AT_FDCWD, node.proc_path().as_ptr(), times.as_ptr(), 0)
-                })?;
-            }
-        }
-        node.stat()
+        posix_attr::setattr(node, handle, set)
     }
 
     fn readlink(&self, node: &PosixNode) -> Result<OsString> {
-        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-        let empty = c"";
-        let n = unsafe {
-            libc::readlinkat(
-                node.fd(),
-                empty.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(Errno::last());
-        }
-        buf.truncate(n as usize);
-        Ok(OsString::from_vec(buf))
+        posix_attr::readlink(node)
     }
 
     fn mknod(
@@ -368,14 +313,7 @@ impl Store for PosixStore {
         rdev: u64,
         owner: Owner,
     ) -> Result<(PosixNode, Attr)> {
-        let c = component(name)?;
-        cvt(unsafe { libc::mknodat(parent.fd(), c.as_ptr(), mode, rdev) })?;
-        undo_on_error(parent, &c, false, || {
-            let node = open_path_at(parent.fd(), &c)?;
-            chown_node(parent, &node, owner)?;
-            let attr = node.stat()?;
-            Ok((node, attr))
-        })
+        posix_names::mknod(parent, name, mode, rdev, owner)
     }
 
     fn mkdir(
@@ -385,14 +323,7 @@ impl Store for PosixStore {
         mode: u32,
         owner: Owner,
     ) -> Result<(PosixNode, Attr)> {
-        let c = component(name)?;
-        cvt(unsafe { libc::mkdirat(parent.fd(), c.as_ptr(), mode) })?;
-        undo_on_error(parent, &c, true, || {
-            let node = open_path_at(parent.fd(), &c)?;
-            chown_node(parent, &node, owner)?;
-            let attr = node.stat()?;
-            Ok((node, attr))
-        })
+        posix_names::mkdir(parent, name, mode, owner)
     }
 
     fn symlink(
@@ -402,63 +333,19 @@ impl Store for PosixStore {
         target: &OsStr,
         owner: Owner,
     ) -> Result<(PosixNode, Attr)> {
-        let c = component(name)?;
-        // The target is stored as text and never resolved by tierfs.
-        let t = CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        cvt(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), c.as_ptr()) })?;
-        undo_on_error(parent, &c, false, || {
-            let node = open_path_at(parent.fd(), &c)?;
-            chown_node(parent, &node, owner)?;
-            let attr = node.stat()?;
-            Ok((node, attr))
-        })
+        posix_names::symlink(parent, name, target, owner)
     }
 
     fn link(&self, node: &PosixNode, newparent: &PosixNode, newname: &OsStr) -> Result<Attr> {
-        let c = component(newname)?;
-        let empty = c"";
-        let r = unsafe {
-            libc::linkat(
-                node.fd(),
-                empty.as_ptr(),
-                newparent.fd(),
-                c.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        if r < 0 {
-            let e = Errno::last();
-            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; without it, link through /proc.
-            if e.0 != libc::ENOENT && e.0 != libc::EPERM {
-                return Err(e);
-            }
-            cvt(unsafe {
-                libc::linkat(
-                    libc::AT_FDCWD,
-                    node.proc_path().as_ptr(),
-                    newparent.fd(),
-                    c.as_ptr(),
-                    libc::AT_SYMLINK_FOLLOW,
-                )
-            })?;
-        }
-        // The attributes by the new name: a network client answers them from the entry its
-        // LINK reply gave it, where an fstat of the old node asks the server again (the link
-        // dropped the node's cached attributes): one round trip per loose object of `git
-        // add` over sshfs. The old node's fstat only if the name cannot be stat'ed.
-        stat_at(newparent.fd(), &c).or_else(|_| node.stat())
+        posix_names::link(node, newparent, newname)
     }
 
     fn unlink(&self, parent: &PosixNode, name: &OsStr) -> Result<()> {
-        let c = component(name)?;
-        cvt(unsafe { libc::unlinkat(parent.fd(), c.as_ptr(), 0) })?;
-        Ok(())
+        posix_names::unlink(parent, name)
     }
 
     fn rmdir(&self, parent: &PosixNode, name: &OsStr) -> Result<()> {
-        let c = component(name)?;
-        cvt(unsafe { libc::unlinkat(parent.fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
-        Ok(())
+        posix_names::rmdir(parent, name)
     }
 
     fn rename(
@@ -469,31 +356,11 @@ impl Store for PosixStore {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
-        let a = component(name)?;
-        let b = component(newname)?;
-        cvt(unsafe {
-            libc::renameat2(parent.fd(), a.as_ptr(), newparent.fd(), b.as_ptr(), flags)
-        })?;
-        Ok(())
+        posix_names::rename(parent, name, newparent, newname, flags)
     }
 
     fn open(&self, node: &PosixNode, flags: i32) -> Result<PosixHandle> {
-        // The cache serves O_DIRECT callers; the backing file is read through normally.
-        // O_NOFOLLOW would refuse the /proc magic link; the node is never a symlink here.
-        let flags = flags
-            & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_DIRECT);
-        let attr = node.stat()?;
-        match attr.kind {
-            crate::FileKind::File => {}
-            crate::FileKind::Dir => return Err(Errno::EISDIR),
-            crate::FileKind::Symlink => return Err(Errno::ELOOP),
-            _ => return Err(Errno(libc::ENXIO)),
-        }
-        let fd = cvt(unsafe { libc::open(node.proc_path().as_ptr(), flags | libc::O_CLOEXEC) })?;
-        Ok(PosixHandle {
-            file: unsafe { File::from_raw_fd(fd) },
-            append: flags & libc::O_APPEND != 0,
-        })
+        posix_io::open(node, flags)
     }
 
     /// `openat` of the name with the caller's flags (never following a symlink, and
@@ -516,133 +383,19 @@ impl Store for PosixStore {
         flags: i32,
         owner: Owner,
     ) -> Result<(PosixNode, Attr, PosixHandle)> {
-        let c = component(name)?;
-        let flags = (flags & !(libc::O_NOCTTY | libc::O_DIRECT))
-            | libc::O_CREAT
-            | libc::O_NOFOLLOW
-            | libc::O_CLOEXEC;
-        let fd = cvt(unsafe { libc::openat(parent.fd(), c.as_ptr(), flags, mode) })?;
-        let file = unsafe { File::from_raw_fd(fd) };
-        let finish = || {
-            // The node is taken from the open file itself, so it is the very inode we created.
-            let node = PosixNode::of_file(&file)?;
-            chown_node(parent, &node, owner)?;
-            let attr = node.stat()?;
-            Ok((node, attr))
-        };
-        // Only an exclusive create knows the file is its own to take back.
-        let (node, attr) = if flags & libc::O_EXCL != 0 {
-            undo_on_error(parent, &c, false, finish)?
-        } else {
-            finish()?
-        };
-        Ok((
-            node,
-            attr,
-            PosixHandle {
-                file,
-                append: flags & libc::O_APPEND != 0,
-            },
-        ))
+        posix_io::create(parent, name, mode, flags, owner)
     }
 
     fn read(&self, handle: &PosixHandle, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match handle.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(done)
+        posix_io::read(handle, offset, buf)
     }
 
     fn write(&self, handle: &PosixHandle, offset: u64, data: &[u8]) -> Result<u64> {
-        if handle.append {
-            // pwrite on an O_APPEND descriptor appends whatever the offset; report where.
-            let mut done = 0;
-            let mut start = None;
-            while done < data.len() {
-                let n = cvt(unsafe {
-                    libc::write(
-                        handle.file.as_raw_fd(),
-                        data[done..].as_ptr().cast(),
-                        data.len() - done,
-                    ) as libc::c_int
-                })? as usize;
-                if start.is_none() {
-                    let end = unsafe { libc::lseek(handle.file.as_raw_fd(), 0, libc::SEEK_CUR) };
-                    start = Some(if end >= 0 {
-                        end as u64 - n as u64
-                    } else {
-                        offset
-                    });
-                }
-                done += n;
-            }
-            return Ok(start.unwrap_or(offset));
-        }
-        let mut done = 0;
-        while done < data.len() {
-            match handle.file.write_at(&data[done..], offset + done as u64) {
-                Ok(0) => return Err(Errno::EIO),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(offset)
+        posix_io::write(handle, offset, data)
     }
 
     fn write_vectored(&self, handle: &PosixHandle, offset: u64, bufs: &[&[u8]]) -> Result<()> {
-        if handle.append {
-            let mut at = offset;
-            for b in bufs {
-                self.write(handle, at, b)?;
-                at += b.len() as u64;
-            }
-            return Ok(());
-        }
-        // pwritev, resumed after a short write: `skip` bytes of the list are done.
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut skip = 0usize;
-        while skip < total {
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(bufs.len().min(1024));
-            let mut pos = 0usize;
-            for b in bufs {
-                let end = pos + b.len();
-                if end > skip && iov.len() < 1024 {
-                    let from = skip.saturating_sub(pos);
-                    iov.push(libc::iovec {
-                        iov_base: b[from..].as_ptr() as *mut libc::c_void,
-                        iov_len: b.len() - from,
-                    });
-                }
-                pos = end;
-            }
-            let n = unsafe {
-                libc::pwritev(
-                    handle.file.as_raw_fd(),
-                    iov.as_ptr(),
-                    iov.len() as libc::c_int,
-                    (offset + skip as u64) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            if n == 0 {
-                return Err(Errno::EIO);
-            }
-            skip += n as usize;
-        }
-        Ok(())
+        posix_io::write_vectored(handle, offset, bufs)
     }
 
     fn fstat(&self, handle: &PosixHandle) -> Result<Attr> {
@@ -650,35 +403,15 @@ impl Store for PosixStore {
     }
 
     fn fsync(&self, handle: &PosixHandle, datasync: bool) -> Result<()> {
-        let fd = handle.file.as_raw_fd();
-        cvt(unsafe {
-            if datasync {
-                libc::fdatasync(fd)
-            } else {
-                libc::fsync(fd)
-            }
-        })?;
-        Ok(())
+        posix_io::fsync(handle, datasync)
     }
 
     fn fsyncdir(&self, node: &PosixNode, datasync: bool) -> Result<()> {
-        let fd = open_dir(node)?;
-        let f = unsafe { File::from_raw_fd(fd) };
-        cvt(unsafe {
-            if datasync {
-                libc::fdatasync(f.as_raw_fd())
-            } else {
-                libc::fsync(f.as_raw_fd())
-            }
-        })?;
-        Ok(())
+        posix_io::fsyncdir(node, datasync)
     }
 
     fn fallocate(&self, handle: &PosixHandle, mode: i32, offset: u64, len: u64) -> Result<()> {
-        cvt(unsafe {
-            libc::fallocate64(handle.file.as_raw_fd(), mode, offset as i64, len as i64)
-        })?;
-        Ok(())
+        posix_io::fallocate(handle, mode, offset, len)
     }
 
     fn copy_range(
@@ -689,34 +422,11 @@ impl Store for PosixStore {
         off_out: u64,
         len: u64,
     ) -> Result<u64> {
-        let (mut i, mut o) = (off_in as i64, off_out as i64);
-        let n = unsafe {
-            libc::copy_file_range(
-                from.file.as_raw_fd(),
-                &mut i,
-                to.file.as_raw_fd(),
-                &mut o,
-                len as usize,
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(match Errno::last() {
-                // The backing filesystems cannot copy between these files: say so as "not
-                // here", so the kernel copies through reads and writes.
-                e if e == Errno(libc::EXDEV) || e == Errno(libc::EOPNOTSUPP) => Errno(libc::ENOSYS),
-                e => e,
-            });
-        }
-        Ok(n as u64)
+        posix_io::copy_range(from, off_in, to, off_out, len)
     }
 
     fn lseek(&self, handle: &PosixHandle, offset: i64, whence: i32) -> Result<i64> {
-        let r = unsafe { libc::lseek64(handle.file.as_raw_fd(), offset, whence) };
-        if r < 0 {
-            return Err(Errno::last());
-        }
-        Ok(r)
+        posix_io::lseek(handle, offset, whence)
     }
 
     fn readdir(&self, node: &PosixNode) -> Result<Vec<DirEntry>> {
@@ -766,116 +476,29 @@ impl Store for PosixStore {
     }
 
     fn getxattr(&self, node: &PosixNode, name: &OsStr) -> Result<Vec<u8>> {
-        get_xattr(&xattr_path(node)?, name, false)
+        posix_attr::getxattr(node, name)
     }
 
-    /// Through the directory's descriptor and one name component (`lgetxattr` of
-    /// `/proc/self/fd/N/NAME`): the name cannot lead out of the store, and a symlink's own
-    /// attributes are read, never its target's.
     fn getxattr_at(
         &self,
         parent: &PosixNode,
         name: &OsStr,
         xname: &OsStr,
     ) -> Option<Result<Vec<u8>>> {
-        let c = match component(name) {
-            Ok(c) => c,
-            Err(e) => return Some(Err(e)),
-        };
-        let mut p = parent.proc_path().into_bytes();
-        p.push(b'/');
-        p.extend_from_slice(c.as_bytes());
-        Some(match CString::new(p) {
-            Ok(p) => get_xattr(&p, xname, true),
-            Err(_) => Err(Errno::EINVAL),
-        })
+        posix_attr::getxattr_at(parent, name, xname)
     }
 
     fn setxattr(&self, node: &PosixNode, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
-        let n = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        let p = xattr_path(node)?;
-        cvt(unsafe {
-            libc::setxattr(
-                p.as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                flags,
-            )
-        })?;
-        Ok(())
+        posix_attr::setxattr(node, name, value, flags)
     }
 
     fn listxattr(&self, node: &PosixNode) -> Result<Vec<u8>> {
-        let p = match xattr_path(node) {
-            Ok(p) => p,
-            Err(_) => return Ok(Vec::new()),
-        };
-        loop {
-            let size = unsafe { libc::listxattr(p.as_ptr(), std::ptr::null_mut(), 0) };
-            if size < 0 {
-                return Err(Errno::last());
-            }
-            let mut buf = vec![0u8; size as usize];
-            let got = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-            if got < 0 {
-                let e = Errno::last();
-                if e == Errno::ERANGE {
-                    continue;
-                }
-                return Err(e);
-            }
-            buf.truncate(got as usize);
-            return Ok(buf);
-        }
+        posix_attr::listxattr(node)
     }
 
     fn removexattr(&self, node: &PosixNode, name: &OsStr) -> Result<()> {
-        let n = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        let p = xattr_path(node)?;
-        cvt(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) })?;
-        Ok(())
+        posix_attr::removexattr(node, name)
     }
-}
-
-/// Extended attributes are reached through /proc (Linux has no f*xattr on O_PATH descriptors).
-/// The /proc link of a symlink node would name the link itself; Linux allows no user xattrs
-/// on symlinks anyway, so they are reported as having none.
-/// getxattr(2) (lgetxattr with `nofollow`) of `name` on `path`, into a buffer of its size.
-fn get_xattr(path: &CString, name: &OsStr, nofollow: bool) -> Result<Vec<u8>> {
-    let n = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-    let call = |buf: *mut libc::c_void, len: usize| unsafe {
-        match nofollow {
-            true => libc::lgetxattr(path.as_ptr(), n.as_ptr(), buf, len),
-            false => libc::getxattr(path.as_ptr(), n.as_ptr(), buf, len),
-        }
-    };
-    loop {
-        let size = call(std::ptr::null_mut(), 0);
-        if size < 0 {
-            return Err(Errno::last());
-        }
-        let mut buf = vec![0u8; size as usize];
-        let got = call(buf.as_mut_ptr().cast(), buf.len());
-        if got < 0 {
-            let e = Errno::last();
-            if e == Errno::ERANGE {
-                continue; // grew in between
-            }
-            return Err(e);
-        }
-        buf.truncate(got as usize);
-        return Ok(buf);
-    }
-}
-
-fn xattr_path(node: &PosixNode) -> Result<CString> {
-    // The kind as known from the lookup: the kernel asks for `security.capability` before
-    // every write by root, and an fstat for each ask was a store round trip per write.
-    if node.is_symlink()? {
-        return Err(Errno::ENODATA);
-    }
-    Ok(node.proc_path())
 }
 
 #[cfg(test)]

@@ -4,21 +4,23 @@
 //! - `offer` is admission: never blocks; kind switches, a token-bucket write budget and a
 //!   bounded queue decide. One writer thread packs entries into clusters (one O_DIRECT write
 //!   each) appended to segment files, then publishes them in a sharded in-memory index.
-//! - `get`/`read_range` take one index shard read lock, read the aligned pages with O_DIRECT,
-//!   verify every page CRC (seeded with the entry's key and version) and return a slice of
-//!   the read buffer. A mismatch drops the entry; corrupt data is never returned.
+//! - `get`/`read_range` (`get.rs`) take one index shard read lock, read the aligned pages
+//!   with O_DIRECT, verify every page CRC (seeded with the entry's key and version) and return
+//!   a slice of the read buffer. A mismatch drops the entry; corrupt data is never returned.
 //! - Capacity: before a new segment, the oldest is reclaimed; its hit entries are rewritten.
 //! - Persistence: a checkpoint of the index plus the summaries written after it; `open`
-//!   rebuilds from both and survives a crash at any moment.
+//!   (`open.rs`) rebuilds from both and survives a crash at any moment.
 
 mod aligned;
 mod budget;
 mod checkpoint;
 mod error;
 pub mod fsck;
+mod get;
 mod index;
 pub(crate) mod io;
 mod layout;
+mod open;
 mod read;
 mod recover;
 mod segment;
@@ -29,6 +31,9 @@ mod types;
 mod warm;
 mod window;
 mod writer;
+mod writer_loop;
+mod writer_pack;
+mod writer_segments;
 
 #[cfg(test)]
 mod tests;
@@ -46,15 +51,13 @@ use error::io_err;
 use index::{Index, Pending};
 use layout::store_seed;
 use parking_lot::Mutex;
-use read::{read_verified, ReadFail};
 use stats::{inc, Counters};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
-use writer::{Msg, Writer};
+use writer::Msg;
 
 /// State shared by the readers, `offer` and the writer thread.
 pub(crate) struct Shared {
@@ -153,292 +156,9 @@ struct SessionState {
 }
 
 impl SsdCache {
-    /// Opens or creates the tier in `dir` (created if missing). `reset` wipes and recreates it.
-    /// Rebuilds the index (checkpoint + segment summaries newer than it) before returning.
-    pub fn open(
-        dir: &Path,
-        ident: &SsdIdentity,
-        cfg: SsdConfig,
-        reset: bool,
-    ) -> Result<Arc<SsdCache>, SsdError> {
-        Self::open_inner(dir, ident, cfg, reset, true)
-    }
-
-    /// `open`, with O_DIRECT off from the start if `direct` is false (tests of the buffered
-    /// path, which filesystems that refuse O_DIRECT take).
-    pub(crate) fn open_inner(
-        dir: &Path,
-        ident: &SsdIdentity,
-        cfg: SsdConfig,
-        reset: bool,
-        direct: bool,
-    ) -> Result<Arc<SsdCache>, SsdError> {
-        let t0 = Instant::now();
-        cfg.validate()?;
-        crate::private::dir_all(dir).map_err(io_err("create", dir))?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = io::lock_file(&lock_path)
-            .map_err(io_err("lock", &lock_path))?
-            .ok_or_else(|| SsdError::Busy {
-                dir: dir.to_path_buf(),
-            })?;
-        if reset {
-            wipe(dir)?;
-        }
-        let (total, _) = io::device_space(dir).map_err(io_err("statvfs", dir))?;
-        let auto = (total as u128 * cfg.max_fill_pct as u128 / 100) as u64;
-        let cap = if cfg.max_size == 0 {
-            auto
-        } else {
-            cfg.max_size.min(auto)
-        };
-        let mut cfg = cfg;
-        cfg.segment_size = cfg.segment_size_for(cap)?;
-        // Another on-disk format (an older tierfs wrote it): a cache, so rebuilt, never
-        // misread and never refused (the mount says so in its log: `rebuilt_from_format`).
-        let mut rebuilt_from = None;
-        let loaded = match superblock::load(dir, ident) {
-            Err(SsdError::WrongFormat { found, .. }) => {
-                wipe(dir)?;
-                rebuilt_from = Some(found);
-                None
-            }
-            r => r?,
-        };
-        let sb = match loaded {
-            Some(sb) => {
-                if sb.segment_size != cfg.segment_size {
-                    // Segments are self-delimiting; the recorded size is the one in force.
-                    let sb = superblock::Superblock {
-                        segment_size: cfg.segment_size,
-                        ..sb
-                    };
-                    superblock::store(dir, ident, &sb)?;
-                    sb
-                } else {
-                    sb
-                }
-            }
-            None => {
-                if has_tier_files(dir)? {
-                    return Err(SsdError::Damaged {
-                        dir: dir.to_path_buf(),
-                        what: "segment files but no superblock".into(),
-                    });
-                }
-                let sb = superblock::Superblock {
-                    uuid: io::random_uuid(),
-                    segment_size: cfg.segment_size,
-                };
-                superblock::store(dir, ident, &sb)?;
-                sb
-            }
-        };
-        let sh = Arc::new(Shared::new(dir, cfg, sb.uuid, cap, direct));
-        sh.windows.start_prefetch();
-        let rec = recover::recover(&sh, recover::Mode::Repair)?;
-        sh.fill
-            .store(rec.segs.values().map(|s| s.len).sum(), Relaxed);
-        sh.segments.store(rec.segs.len() as u64, Relaxed);
-        sh.ctr.rebuilt_entries.store(rec.entries, Relaxed);
-        sh.ctr
-            .rebuild_ms
-            .store(t0.elapsed().as_millis() as u64, Relaxed);
-        // Before anything is served: a crash from here on leaves "open" (see `session`).
-        // A log cut short or a checkpoint lost may have taken tombstones with it: records
-        // the last session dropped could be back, so its epoch is not kept.
-        let intact = rec.found.torn.is_empty()
-            && rec.found.unopenable.is_empty()
-            && !matches!(rec.found.checkpoint, recover::CheckpointState::Unusable(_));
-        let last = session::load(dir).map(|s| session::Session {
-            clean: s.clean && intact,
-            ..s
-        });
-        let (epoch, distrusted) = session::begin(dir, last)?;
-        let (tx, rx) = bounded(QUEUE_LEN);
-        let w = Writer::new(sh.clone(), rx, rec)
-            .ok_or_else(|| SsdError::Config("cannot allocate the cluster buffers".into()))?;
-        let handle = std::thread::Builder::new()
-            .name("tierfs-ssd-writer".into())
-            .spawn(move || w.run())
-            .map_err(io_err("start the writer thread for", dir))?;
-        Ok(Arc::new(SsdCache {
-            sh,
-            tx,
-            writer: Mutex::new(Some(handle)),
-            rebuilt_from,
-            epoch,
-            last_clean: last.is_some_and(|s| s.clean),
-            session: Mutex::new(SessionState {
-                distrusted,
-                ..Default::default()
-            }),
-            _lock: lock,
-        }))
-    }
-
     /// The format of the directory found at open, if it was another one (then rebuilt empty).
     pub fn rebuilt_from_format(&self) -> Option<u32> {
         self.rebuilt_from
-    }
-
-    /// The whole entry if it is stored with this version; every page CRC verified.
-    pub fn get(&self, key: &SsdKey, version: u64) -> Option<Bytes> {
-        self.read(key, version, 0, u32::MAX)
-    }
-
-    /// Bytes `offset .. offset + len` of the entry (clipped to its end); reads and verifies
-    /// only the 4 KiB pages they touch. None if `offset` is past the end.
-    pub fn read_range(&self, key: &SsdKey, version: u64, offset: u32, len: u32) -> Option<Bytes> {
-        self.read(key, version, offset, len)
-    }
-
-    fn read(&self, key: &SsdKey, version: u64, offset: u32, len: u32) -> Option<Bytes> {
-        let sh = &self.sh;
-        let Some(loc) = sh.index.lookup(key, true) else {
-            inc(&sh.ctr.misses);
-            return None;
-        };
-        if loc.version != version {
-            inc(&sh.ctr.misses);
-            if sh.index.remove_if_is(key, &loc) {
-                inc(&sh.ctr.stale_drops);
-            }
-            return None;
-        }
-        let small_whole = offset == 0 && len == u32::MAX && loc.len < window::SMALL;
-        let around = if small_whole {
-            sh.windows.find(&loc.seg, loc.off, loc.len).or_else(|| {
-                sh.windows
-                    .worth_it()
-                    .then(|| sh.windows.read(&loc.seg, loc.off, loc.len))
-                    .flatten()
-            })
-        } else {
-            None
-        };
-        let result = match around {
-            Some((data, base)) => read::verify_in(key, &loc, &data, base),
-            None => read_verified(key, &loc, offset, len),
-        };
-        match result {
-            Ok(b) => {
-                inc(&sh.ctr.hits);
-                sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
-                Some(b)
-            }
-            Err(ReadFail::Range) => {
-                inc(&sh.ctr.misses);
-                None
-            }
-            Err(f) => {
-                self.failed(key, &loc, f);
-                None
-            }
-        }
-    }
-
-    /// Whole entries of one version (the blocks of one file version), in the order of
-    /// `keys`. Entries stored next to each other are read with one I/O: the blocks of a file
-    /// admitted in order lie in order in the log, so a sequential reader gets large reads
-    /// instead of one 64 KiB read per block.
-    pub fn get_many(&self, keys: &[SsdKey], version: u64) -> Vec<Option<Bytes>> {
-        if let [key] = keys {
-            // One entry: the single read path, with read-around for small ones.
-            return vec![self.get(key, version)];
-        }
-        let sh = &self.sh;
-        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
-        let mut found: Vec<(usize, SsdKey, index::Loc)> = Vec::with_capacity(keys.len());
-        for (i, k) in keys.iter().enumerate() {
-            match sh.index.lookup(k, true) {
-                Some(loc) if loc.version == version => found.push((i, *k, loc)),
-                Some(loc) => {
-                    inc(&sh.ctr.misses);
-                    if sh.index.remove_if_is(k, &loc) {
-                        inc(&sh.ctr.stale_drops);
-                    }
-                }
-                None => inc(&sh.ctr.misses),
-            }
-        }
-        found.sort_by(|a, b| {
-            (Arc::as_ptr(&a.2.seg) as usize, a.2.off)
-                .cmp(&(Arc::as_ptr(&b.2.seg) as usize, b.2.off))
-        });
-        let mut start = 0;
-        while start < found.len() {
-            let mut end = start + 1;
-            while end < found.len() {
-                let (p, n) = (&found[end - 1].2, &found[end].2);
-                // Another segment ends the run (and its offsets are not comparable: the span
-                // below would underflow).
-                if !Arc::ptr_eq(&p.seg, &n.seg) {
-                    break;
-                }
-                let gap = n.off.saturating_sub(p.off + p.len as u64);
-                let span = n.off + n.len as u64 - found[start].2.off;
-                // Close enough: only summary pages and padding between them.
-                if gap > 64 << 10 || span > read::MAX_RUN_READ {
-                    break;
-                }
-                end += 1;
-            }
-            let run: Vec<(SsdKey, index::Loc)> = found[start..end]
-                .iter()
-                .map(|(_, k, l)| (*k, l.clone()))
-                .collect();
-            for ((i, k, loc), r) in found[start..end].iter().zip(read::read_run(&run)) {
-                match r {
-                    Ok(b) => {
-                        inc(&sh.ctr.hits);
-                        sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
-                        out[*i] = Some(b);
-                    }
-                    Err(f) => self.failed(k, loc, f),
-                }
-            }
-            start = end;
-        }
-        out
-    }
-
-    /// A read of the entry at `loc` failed: counted, and the entry dropped (the caller reads
-    /// the backing store instead; nothing unverified is ever returned).
-    fn failed(&self, key: &SsdKey, loc: &index::Loc, f: ReadFail) {
-        let sh = &self.sh;
-        if f == ReadFail::Checksum {
-            inc(&sh.ctr.checksum_errors);
-            tracing::warn!(
-                "SSD cache: checksum mismatch in {} at byte {}; entry dropped",
-                loc.seg.path.display(),
-                loc.off
-            );
-        } else {
-            inc(&sh.ctr.io_errors);
-        }
-        inc(&sh.ctr.misses);
-        sh.index.remove_if_is(key, loc);
-    }
-
-    /// The entry if it can be served without I/O (from a read-around window), for callers
-    /// that must not block.
-    pub fn get_buffered(&self, key: &SsdKey, version: u64) -> Option<Bytes> {
-        let sh = &self.sh;
-        let loc = sh.index.lookup(key, false)?;
-        if loc.version != version || loc.len >= window::SMALL {
-            return None;
-        }
-        let (data, base) = sh.windows.find(&loc.seg, loc.off, loc.len)?;
-        let b = read::verify_in(key, &loc, &data, base).ok()?;
-        sh.index.lookup(key, true);
-        inc(&sh.ctr.hits);
-        sh.ctr.hit_bytes.fetch_add(b.len() as u64, Relaxed);
-        Some(b)
-    }
-
-    pub fn contains(&self, key: &SsdKey, version: u64) -> bool {
-        self.sh.index.contains(key, version)
     }
 
     /// Non-blocking admission. False if not admitted: kind disabled, larger than a cluster,

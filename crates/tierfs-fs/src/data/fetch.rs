@@ -1,7 +1,7 @@
 //! Loading blocks a reader or read-ahead needs: single-flight claims (one fetch per block at
-//! a time), the SSD tier first, then contiguous runs from the backing store, each checked
-//! against the file's fingerprint afterwards so a version that changed mid-fetch is never
-//! cached or returned.
+//! a time), the SSD tier first, then the shared tier if there is one (`shared_tier`), then
+//! contiguous runs from the backing store, each checked against the file's fingerprint
+//! afterwards so a version that changed mid-fetch is never cached or returned.
 
 use super::seq_gate::Ticket;
 use super::{FetchError, FetchResult, Objects, OpenFile};
@@ -90,9 +90,15 @@ impl<S: Store> Objects<S> {
         if !leaders.is_empty() {
             leaders = self.load_from_ssd(of, v, leaders, &mut out);
         }
+        let mut result: std::result::Result<(), FetchError> = Ok(());
+        if !leaders.is_empty() {
+            if let Some(tier) = self.shared_tier_for(v) {
+                let all = std::mem::take(&mut leaders);
+                result = self.load_through_shared(of, v, tier, all, !wait, ticket.take(), &mut out);
+            }
+        }
         // Contiguous leader blocks are fetched with one backing read each, up to fetch_chunk.
         let per_run = (self.sh.cfg.fetch_chunk / self.sh.cfg.block_size).max(1) as usize;
-        let mut result: std::result::Result<(), FetchError> = Ok(());
         while !leaders.is_empty() {
             let mut n = 1;
             while n < leaders.len()
@@ -147,6 +153,61 @@ impl<S: Store> Objects<S> {
         let first = run[0].key().idx;
         let start = first * bs;
         let end = ((first + run.len() as u64) * bs).min(v.fp.size);
+        let (buf, cacheable) = match self.read_checked(of, v, start, end, readahead, ticket) {
+            Ok(r) => r,
+            Err(e) => {
+                for g in run {
+                    g.complete(Err(e.clone()));
+                }
+                return Err(e);
+            }
+        };
+        self.count_fetched(readahead, run.len() as u64);
+        let mut out = Vec::with_capacity(run.len());
+        for (i, g) in run.into_iter().enumerate() {
+            let s = i * bs as usize;
+            let e = ((i + 1) * bs as usize).min(buf.len());
+            // One allocation per block, so evicting one block frees its memory.
+            let block = Bytes::copy_from_slice(&buf[s..e]);
+            let key = *g.key();
+            if cacheable {
+                self.keep_block(of, v, key, &block);
+            }
+            g.complete(Ok(block.clone()));
+            out.push((key.idx, block));
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn count_fetched(&self, readahead: bool, blocks: u64) {
+        let counter = if readahead {
+            &self.sh.stats.readahead_blocks
+        } else {
+            &self.sh.stats.fetched_blocks
+        };
+        FsStats::add(counter, blocks);
+    }
+
+    /// Puts a block of version `v` in the RAM tier and offers it to the SSD tier (admission
+    /// at fill, within the SSD tier's write budget).
+    pub(crate) fn keep_block(&self, of: &OpenFile<S>, v: &Version, key: BlockKey, block: &Bytes) {
+        self.sh.cache.insert(key, block.clone());
+        if let Some(ssd) = &self.sh.ssd {
+            ssd.offer(self.ssd_key(of, key.idx), version_of(&v.fp), block.clone());
+        }
+    }
+
+    /// Reads bytes `start..end` of version `v` from the backing store, then checks the
+    /// version still holds: the data and whether it may be cached (not racy).
+    pub(crate) fn read_checked(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        start: u64,
+        end: u64,
+        readahead: bool,
+        ticket: Option<Ticket<'_>>,
+    ) -> std::result::Result<(Bytes, bool), FetchError> {
         let _inflight = Gauge::new(&self.sh.stats.fetch_inflight_bytes, end - start);
         let want = (end - start) as usize;
         // A ticket for another offset (the SSD tier served the blocks before this run) is
@@ -161,15 +222,7 @@ impl<S: Store> Objects<S> {
                     .then(|| of.seq_fetch.enter(start, want as u64))
             }
         };
-        let handle = match self.handle(of) {
-            Ok(h) => h,
-            Err(e) => {
-                for g in run {
-                    g.complete(Err(FetchError::Errno(e)));
-                }
-                return Err(FetchError::Errno(e));
-            }
-        };
+        let handle = self.handle(of).map_err(FetchError::Errno)?;
         let read = self.sh.store.read_bytes(handle, start, want);
         drop(serial);
         // The version check comes after the data: if the fingerprint still matches, the data
@@ -185,42 +238,14 @@ impl<S: Store> Objects<S> {
                 Ok(a) => Ok(!racy(&a.fingerprint())),
             },
         };
-        let cacheable = match outcome {
-            Ok(c) => c,
+        match outcome {
+            Ok(cacheable) => Ok((read.unwrap_or_default(), cacheable)),
             Err(e) => {
                 if matches!(e, FetchError::Stale) {
                     FsStats::add(&self.sh.stats.stale_fetches, 1);
                 }
-                for g in run {
-                    g.complete(Err(e.clone()));
-                }
-                return Err(e);
+                Err(e)
             }
-        };
-        let counter = if readahead {
-            &self.sh.stats.readahead_blocks
-        } else {
-            &self.sh.stats.fetched_blocks
-        };
-        FsStats::add(counter, run.len() as u64);
-        let buf = read.unwrap_or_default();
-        let mut out = Vec::with_capacity(run.len());
-        for (i, g) in run.into_iter().enumerate() {
-            let s = i * bs as usize;
-            let e = ((i + 1) * bs as usize).min(buf.len());
-            // One allocation per block, so evicting one block frees its memory.
-            let block = Bytes::copy_from_slice(&buf[s..e]);
-            let key = *g.key();
-            if cacheable {
-                self.sh.cache.insert(key, block.clone());
-                if let Some(ssd) = &self.sh.ssd {
-                    // Admission at fill, within the SSD tier's write budget.
-                    ssd.offer(self.ssd_key(of, key.idx), version_of(&v.fp), block.clone());
-                }
-            }
-            g.complete(Ok(block.clone()));
-            out.push((key.idx, block));
         }
-        Ok(out)
     }
 }

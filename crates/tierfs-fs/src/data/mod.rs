@@ -12,6 +12,7 @@ mod open;
 mod read;
 mod readahead;
 mod seq_gate;
+mod shared_tier;
 mod siblings;
 mod warm;
 mod write;
@@ -92,6 +93,9 @@ pub(crate) struct Objects<S: Store> {
     implicit_order: Mutex<std::collections::VecDeque<(u64, bool)>>,
     next_fh: AtomicU64,
     pub flights: SingleFlight<BlockKey, FetchResult>,
+    /// Chunks of the shared tier being loaded, by version (`gen`): one load per chunk, its
+    /// data handed to every reader that needs a block of it (see `shared_tier`).
+    pub chunk_flights: SingleFlight<(u64, tierfs_cache::ChunkName), FetchResult>,
     pub ra_pool: Pool,
     /// `readahead.max`, which may change at run time (`tierfs ctl set`).
     pub readahead_max: AtomicU64,
@@ -123,6 +127,7 @@ impl<S: Store> Objects<S> {
             implicit_order: Mutex::new(Default::default()),
             next_fh: AtomicU64::new(1),
             flights: SingleFlight::new(Err(FetchError::Errno(Errno::EIO))),
+            chunk_flights: SingleFlight::new(Err(FetchError::Errno(Errno::EIO))),
             ra_pool: Pool::new("tierfs-ra", sh.cfg.readahead_threads),
             readahead_max: AtomicU64::new(sh.cfg.readahead_max),
             seq_depth: Default::default(),

@@ -213,6 +213,8 @@ impl<S: Store> Fs<S> {
             ssd_blocks: FsStats::get(&s.ssd_blocks),
             ssd_range_reads: FsStats::get(&s.ssd_range_reads),
             ssd,
+            shared_blocks: FsStats::get(&s.shared_blocks),
+            shared: self.sh.shared_tier.get().map(|t| t.snapshot()),
             meta_listings: FsStats::get(&s.meta_listings),
             meta_entry_stats: FsStats::get(&s.meta_entry_stats),
             meta_renewals: FsStats::get(&s.meta_renewals),

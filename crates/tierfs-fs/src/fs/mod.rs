@@ -91,6 +91,15 @@ impl<S: Store> Fs<S> {
         self.sh.ssd.as_ref()
     }
 
+    /// Puts the shared tier between the SSD tier and the store (before any read).
+    pub fn set_shared_tier(&self, tier: Arc<tierfs_cache::SharedCache>) {
+        let _ = self.sh.shared_tier.set(tier);
+    }
+
+    pub fn shared_tier(&self) -> Option<&Arc<tierfs_cache::SharedCache>> {
+        self.sh.shared_tier.get()
+    }
+
     pub fn config(&self) -> &FsConfig {
         &self.sh.cfg
     }

@@ -1,0 +1,326 @@
+//! [`SharedCache`]: reads of chunks from the shared tier, verified, and the background
+//! uploads of what the origin gave, paced and bounded so that they never delay a reader.
+//!
+//! The tier is a help, never a dependency: an error, a deadline passed or a server away makes
+//! it "down" for `backoff` (one log line for the episode, `shared.down` 1), during which
+//! reads go straight to the origin and nothing is uploaded; the first call after that tries
+//! again. A chunk that fails its checksum or names another version is counted and never
+//! served: the reader goes to the origin, and the good chunk it reads there replaces it.
+
+use super::{format, ChunkName, SharedStore};
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct SharedConfig {
+    /// Key prefix inside the bucket (no leading `/`).
+    pub prefix: String,
+    /// [`super::origin_hash`] of the origin's name.
+    pub origin: u64,
+    /// Bytes of a file one chunk holds (`shared.chunk`): a multiple of the block size.
+    pub chunk_size: u32,
+    /// Bytes per second the uploads may take, 0 for no limit (`shared.write_rate`).
+    pub write_rate: u64,
+    /// Bytes of chunks waiting for upload at most; past it a chunk is not uploaded (counted).
+    pub queue_bytes: u64,
+    /// How long the origin is read alone after the tier failed (`shared.backoff`).
+    pub backoff: Duration,
+    /// Uploads in flight at once.
+    pub put_threads: usize,
+}
+
+/// Counters of the shared tier (`tierfs stats`, Prometheus `tierfs_shared_*`).
+#[derive(Default, Debug)]
+pub struct SharedStats {
+    /// Chunks asked for, and of them found whole and of the version asked.
+    pub gets: AtomicU64,
+    pub hits: AtomicU64,
+    pub hit_bytes: AtomicU64,
+    /// Not in the tier (read from the origin, then uploaded).
+    pub misses: AtomicU64,
+    /// Found but damaged or of another name: never served.
+    pub corrupt: AtomicU64,
+    /// Requests that failed or passed their deadline.
+    pub errors: AtomicU64,
+    /// Chunks not asked for because the tier was down.
+    pub skipped: AtomicU64,
+    /// Uploads done, their bytes, failed, and not made (queue full, or the tier down).
+    pub puts: AtomicU64,
+    pub put_bytes: AtomicU64,
+    pub put_errors: AtomicU64,
+    pub put_dropped: AtomicU64,
+    /// 1 while the tier is taken for down.
+    pub down: AtomicU64,
+    /// Times it went down.
+    pub episodes: AtomicU64,
+    /// Bytes waiting for upload.
+    pub queued_bytes: AtomicU64,
+}
+
+/// [`SharedStats`] at one moment, with where the tier is (see [`SharedCache::snapshot`]).
+#[derive(Default, Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SharedSnapshot {
+    pub at: String,
+    pub chunk_size: u64,
+    pub gets: u64,
+    pub hits: u64,
+    pub hit_bytes: u64,
+    pub misses: u64,
+    pub corrupt: u64,
+    pub errors: u64,
+    pub skipped: u64,
+    pub puts: u64,
+    pub put_bytes: u64,
+    pub put_errors: u64,
+    pub put_dropped: u64,
+    pub down: u64,
+    pub episodes: u64,
+    pub queued_bytes: u64,
+}
+
+struct Inner {
+    store: Arc<dyn SharedStore>,
+    cfg: SharedConfig,
+    stats: SharedStats,
+    down_until: Mutex<Option<Instant>>,
+}
+
+/// The shared tier as the data path uses it (see the module documentation).
+pub struct SharedCache {
+    inner: Arc<Inner>,
+    queue: Sender<(ChunkName, Bytes)>,
+}
+
+impl SharedCache {
+    pub fn new(store: Arc<dyn SharedStore>, cfg: SharedConfig) -> Arc<SharedCache> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let inner = Arc::new(Inner {
+            store,
+            stats: SharedStats::default(),
+            down_until: Mutex::new(None),
+            cfg,
+        });
+        let pacer = Arc::new(Mutex::new(Instant::now()));
+        for i in 0..inner.cfg.put_threads.max(1) {
+            let (inner, rx, pacer) = (inner.clone(), rx.clone(), pacer.clone());
+            let _ = std::thread::Builder::new()
+                .name(format!("tierfs-shared-{i}"))
+                .spawn(move || uploader(&inner, &rx, &pacer));
+        }
+        Arc::new(SharedCache { inner, queue: tx })
+    }
+
+    pub fn config(&self) -> &SharedConfig {
+        &self.inner.cfg
+    }
+
+    pub fn stats(&self) -> &SharedStats {
+        &self.inner.stats
+    }
+
+    pub fn describe(&self) -> String {
+        self.inner.store.describe()
+    }
+
+    /// The name of chunk `idx` of the object `ident` in the version given.
+    pub fn name(
+        &self,
+        ident: (u64, u64),
+        size: u64,
+        mtime_ns: i64,
+        ctime_ns: i64,
+        idx: u64,
+    ) -> ChunkName {
+        ChunkName {
+            origin: self.inner.cfg.origin,
+            ident,
+            size,
+            mtime_ns,
+            ctime_ns,
+            idx,
+            chunk_size: self.inner.cfg.chunk_size,
+        }
+    }
+
+    /// The data of each chunk, where the tier holds it whole and intact; None elsewhere (not
+    /// there, damaged, the tier down or failing: the caller reads the origin).
+    pub fn get_many(&self, names: &[ChunkName]) -> Vec<Option<Bytes>> {
+        let st = &self.inner.stats;
+        if names.is_empty() {
+            return Vec::new();
+        }
+        if !self.inner.usable() {
+            st.skipped.fetch_add(names.len() as u64, Relaxed);
+            return vec![None; names.len()];
+        }
+        st.gets.fetch_add(names.len() as u64, Relaxed);
+        let prefix = &self.inner.cfg.prefix;
+        let keys: Vec<String> = names.iter().map(|n| n.key(prefix)).collect();
+        let got = self.inner.store.get_many(&keys);
+        let mut failed = None;
+        let out = names
+            .iter()
+            .zip(got)
+            .map(|(n, r)| match r {
+                Ok(Some(obj)) => {
+                    let (s, e) = n.range();
+                    match format::decode(n, &obj) {
+                        Ok(d) if d.len() as u64 == e - s => {
+                            st.hits.fetch_add(1, Relaxed);
+                            st.hit_bytes.fetch_add(d.len() as u64, Relaxed);
+                            Some(d)
+                        }
+                        other => {
+                            st.corrupt.fetch_add(1, Relaxed);
+                            tracing::warn!(
+                                "shared tier: {} not served ({:?}); reading the origin",
+                                n.key(prefix),
+                                other.err().unwrap_or(format::Invalid::Checksum)
+                            );
+                            None
+                        }
+                    }
+                }
+                Ok(None) => {
+                    st.misses.fetch_add(1, Relaxed);
+                    None
+                }
+                Err(e) => {
+                    st.errors.fetch_add(1, Relaxed);
+                    failed = Some(e);
+                    None
+                }
+            })
+            .collect();
+        match failed {
+            Some(e) => self.inner.failed(&e),
+            None => self.inner.answered(),
+        }
+        out
+    }
+
+    /// Uploads chunk `name` with `data` (what the origin gave for it) in the background, if
+    /// the queue has room and the tier is up; never waits.
+    pub fn offer(&self, name: ChunkName, data: Bytes) {
+        let st = &self.inner.stats;
+        let len = data.len() as u64;
+        let queued = st.queued_bytes.load(Relaxed);
+        if !self.inner.usable() || queued + len > self.inner.cfg.queue_bytes {
+            st.put_dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        st.queued_bytes.fetch_add(len, Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send((name, data))
+        {
+            st.queued_bytes.fetch_sub(len, Relaxed);
+            st.put_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The counters as `tierfs stats` shows them (`shared.*`).
+    pub fn snapshot(&self) -> SharedSnapshot {
+        let st = &self.inner.stats;
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        SharedSnapshot {
+            at: self.describe(),
+            chunk_size: self.inner.cfg.chunk_size as u64,
+            gets: g(&st.gets),
+            hits: g(&st.hits),
+            hit_bytes: g(&st.hit_bytes),
+            misses: g(&st.misses),
+            corrupt: g(&st.corrupt),
+            errors: g(&st.errors),
+            skipped: g(&st.skipped),
+            puts: g(&st.puts),
+            put_bytes: g(&st.put_bytes),
+            put_errors: g(&st.put_errors),
+            put_dropped: g(&st.put_dropped),
+            down: g(&st.down),
+            episodes: g(&st.episodes),
+            queued_bytes: g(&st.queued_bytes),
+        }
+    }
+
+    /// Waits until every upload queued so far is done (or dropped), at most `limit`: for
+    /// `tierfs unmount`, so what this host read is there for the next one.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while self.inner.stats.queued_bytes.load(Relaxed) > 0 {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+}
+
+impl Inner {
+    /// Whether to ask the tier now: not while an episode's back-off runs.
+    fn usable(&self) -> bool {
+        match *self.down_until.lock() {
+            Some(t) => Instant::now() >= t,
+            None => true,
+        }
+    }
+
+    fn failed(&self, e: &str) {
+        *self.down_until.lock() = Some(Instant::now() + self.cfg.backoff);
+        if self.stats.down.swap(1, Relaxed) == 0 {
+            self.stats.episodes.fetch_add(1, Relaxed);
+            tracing::warn!(
+                "shared tier {} failing ({e}): reading from the origin, trying it again every {:?}",
+                self.store.describe(),
+                self.cfg.backoff
+            );
+        }
+    }
+
+    fn answered(&self) {
+        if self.stats.down.swap(0, Relaxed) == 1 {
+            *self.down_until.lock() = None;
+            tracing::info!("shared tier {} answers again", self.store.describe());
+        }
+    }
+}
+
+/// An upload thread: takes queued chunks, paced to `write_rate` across all threads.
+fn uploader(inner: &Inner, rx: &Receiver<(ChunkName, Bytes)>, pacer: &Mutex<Instant>) {
+    let st = &inner.stats;
+    while let Ok((name, data)) = rx.recv() {
+        let len = data.len() as u64;
+        if inner.cfg.write_rate > 0 {
+            // Each upload takes its slot of time; a thread waits for its own.
+            let at = {
+                let mut next = pacer.lock();
+                let now = Instant::now();
+                let start = (*next).max(now);
+                *next = start + Duration::from_secs_f64(len as f64 / inner.cfg.write_rate as f64);
+                start
+            };
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        }
+        if inner.usable() {
+            let obj = format::encode(&name, &data);
+            match inner.store.put(&name.key(&inner.cfg.prefix), obj) {
+                Ok(()) => {
+                    st.puts.fetch_add(1, Relaxed);
+                    st.put_bytes.fetch_add(len, Relaxed);
+                    inner.answered();
+                }
+                Err(e) => {
+                    st.put_errors.fetch_add(1, Relaxed);
+                    inner.failed(&e);
+                }
+            }
+        } else {
+            st.put_dropped.fetch_add(1, Relaxed);
+        }
+        st.queued_bytes.fetch_sub(len, Relaxed);
+    }
+}
