@@ -252,6 +252,16 @@ fn the_fleet_reads_the_origin_once_and_the_other_hosts_read_the_tier() {
         "host 1 uploads all it read: {s1}"
     );
     assert_eq!(chunks, 3 + 2 + 1 + 24, "one object per chunk: {s1}");
+    // What the Prometheus endpoint types as gauges is there (tests/ctl.rs checks the rest).
+    for g in tierfs_fs::GAUGES
+        .iter()
+        .filter_map(|g| g.strip_prefix("shared."))
+    {
+        assert!(
+            s1["shared"][g].is_u64(),
+            "GAUGES names shared.{g}, not in stats: {s1}"
+        );
+    }
 
     for i in 2..=3 {
         let h = host(origin.path(), cluster, "fleet", &[]);
