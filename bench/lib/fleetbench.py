@@ -55,7 +55,7 @@ READER = (f"xargs -a LISTS/big.list -d '\\n' -P {BIG_READERS} -n 1 cat > /dev/nu
           "> /dev/null & b=$!; wait $a; ra=$?; wait $b; rb=$?; exit $((ra | rb))")
 LISTS = R.WORK / "fleet-lists"
 SHARED_KEYS = ("gets", "hits", "hit_bytes", "misses", "puts", "put_bytes", "put_dropped",
-               "put_errors", "corrupt", "errors", "skipped", "down", "episodes")
+               "put_errors", "corrupt", "errors", "skipped", "down", "episodes", "late_puts", "later")
 
 
 @dataclass
@@ -231,17 +231,19 @@ class Host:
         return v
 
     def drain(self, timeout: float = 600) -> float:
-        """Waits until this host's uploads are done (shared.queued_bytes 0); seconds."""
+        """Waits until this host's uploads are done (shared.queued_bytes 0, and no chunk left
+        for a late upload from its SSD tier, shared.later 0); seconds."""
         t0 = time.monotonic()
         while True:
-            q = R.jget(self.stats(), "shared.queued_bytes")
-            if q is None:
-                raise BenchError(f"{self.name}: no shared.queued_bytes in tierfs stats")
-            if q == 0:
+            st = self.stats()
+            q, later = R.jget(st, "shared.queued_bytes"), R.jget(st, "shared.later")
+            if q is None or later is None:
+                raise BenchError(f"{self.name}: no shared.queued_bytes/later in tierfs stats")
+            if q == 0 and later == 0:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise BenchError(f"{self.name}: {q} bytes still queued for upload after "
-                                 f"{timeout:.0f} s")
+                raise BenchError(f"{self.name}: {q} bytes queued and {later} chunks waiting "
+                                 f"for upload after {timeout:.0f} s")
             time.sleep(0.2)
 
     def unmount(self) -> None:

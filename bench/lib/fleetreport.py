@@ -59,13 +59,14 @@ def host_rows(runs: list, total: int) -> list:
         rows.append([r.label, f"{r.seconds:.2f}", f"{total / r.seconds / 1e6:,.1f}",
                      f"{r.origin_bytes:,}", f"{r.origin_gets:,}",
                      *[cell(c.get(k)) for k in ("hits", "hit_bytes", "puts", "put_bytes",
-                                                "put_dropped", "corrupt", "errors")],
+                                                "late_puts", "put_dropped", "corrupt",
+                                                "errors")],
                      r.verified])
     return rows
 
 
 HEAD = ["host", "seconds", "MB/s", "origin bytes", "origin GETs", "shared hits",
-        "shared hit bytes", "puts", "put bytes", "puts dropped", "corrupt", "errors",
+        "shared hit bytes", "puts", "put bytes", "late puts", "puts dropped", "corrupt", "errors",
         "md5 of every file"]
 
 
@@ -76,12 +77,18 @@ def notes(runs: list, total: int) -> list:
     L = [f"What uploading costs host 1: its read took {h1.seconds:.2f} s against "
          f"{ref.seconds:.2f} s for the same read by a mount with no shared tier "
          f"({d * 100:+.1f}%); its uploads were all done {h1.drain_seconds:.1f} s after its "
-         f"read ended (`shared.queued_bytes` 0), before host 2 started."]
+         f"read ended (`shared.queued_bytes` 0 and `shared.later` 0: late uploads from its SSD tier "
+         f"included), before host 2 started."]
     dropped = h1.counters.get("put_dropped") or 0
     if dropped:
-        L.append(f"Host 1 did not upload {dropped:,} chunks (`shared.put_dropped`): its upload "
-                 "queue (`shared.queue`, 64 MiB by default) was full, or the tier was down, "
-                 "when it read them; another host reads those from the origin.")
+        L.append(f"Host 1 did not upload {dropped:,} chunks (`shared.put_dropped`): the tier "
+                 "was down, or a chunk its upload queue (`shared.queue`) could not take was no "
+                 "longer whole in its SSD tier for the late upload; another host reads those "
+                 "from the origin.")
+    late = h1.counters.get("late_puts") or 0
+    if late:
+        L.append(f"Host 1 uploaded {late:,} chunks late, read back from its SSD tier "
+                 "(`shared.late_puts`): its upload queue was full when it read them.")
     for n in ("host2", "host3"):
         r = h[n]
         if r.origin_bytes:
@@ -125,7 +132,7 @@ def result(b, runs: list, files: list, total: int, tier, env, left: list, ctx: d
         f"- Hosts: `{h['host1'].cmd}` (and `host2`, `host3` alike), each with its own fresh "
         f"cache dir, in the environment `AWS_ACCESS_KEY_ID=tierfs "
         f"AWS_SECRET_ACCESS_KEY=tierfs-secret`. Reference: `{h['reference'].cmd}`.",
-        "- Order: reference, host 1, host 1's uploads waited for (`shared.queued_bytes` 0 in "
+        "- Order: reference, host 1, host 1's uploads waited for (`shared.queued_bytes` and `shared.later` 0 in "
         "`tierfs stats --json`), host 2, host 3. Each mount is unmounted (`tierfs unmount`) "
         "after its read, before the next is mounted.",
         "- Before each read: `sync; echo 3 > /proc/sys/vm/drop_caches`; the origin's files "

@@ -20,7 +20,9 @@ pub use journal::{
 pub use key::BlockKey;
 pub use pressure::{PressureConfig, PressureMonitor, PressureStats};
 pub use ram::{RamCache, RamStats};
-pub use shared::{ChunkName, SharedCache, SharedConfig, SharedSnapshot, SharedStats, SharedStore};
+pub use shared::{
+    ChunkName, ChunkSource, SharedCache, SharedConfig, SharedSnapshot, SharedStats, SharedStore,
+};
 pub use singleflight::{Claim, FlightGuard, SingleFlight, Waiter};
 /// (total, available) bytes of the filesystem holding a directory (statvfs).
 pub use ssd::device_space;

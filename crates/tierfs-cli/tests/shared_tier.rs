@@ -4,7 +4,7 @@
 //! dirs stand for three hosts over one origin directory.
 //!
 //! What must hold: what one host read from the origin, the others read from the tier (the
-//! origin is read once for the fleet); a chunk damaged in the tier, or one of a version the
+//! origin is read once for the fleet, also when uploads fall behind the reads); a chunk damaged in the tier, or one of a version the
 //! origin no longer has, is never served; a volume server killed mid-read, or the whole
 //! cluster stopped, costs speed only, never a wrong byte or an error.
 
@@ -223,7 +223,7 @@ fn uploads_done(m: &BinMount) -> serde_json::Value {
     let t = Instant::now();
     loop {
         let st = m.stats();
-        if n(&st, "shared.queued_bytes") == 0 {
+        if n(&st, "shared.queued_bytes") == 0 && n(&st, "shared.later") == 0 {
             return st;
         }
         assert!(
@@ -287,6 +287,34 @@ fn the_fleet_reads_the_origin_once_and_the_other_hosts_read_the_tier() {
         "the fleet read the dataset once from the origin"
     );
     h1.unmount_and_wait();
+}
+
+#[test]
+fn chunks_the_upload_queue_cannot_take_go_up_late_from_the_ssd_tier() {
+    let cluster = shared_cluster();
+    let origin = tempfile::tempdir().unwrap();
+    let files = fill_origin(origin.path());
+    // Room for one chunk in the queue, uploads slower than the reader: most chunks wait
+    // by name and are read back from host 1's SSD tier when the uploads catch up.
+    let slow = ["shared.queue=4M", "shared.write_rate=16M"];
+    let h1 = host(origin.path(), cluster, "late", &slow);
+    read_all(&h1, &files);
+    let s1 = uploads_done(&h1);
+    assert!(n(&s1, "shared.late_puts") > 0, "nothing went up late: {s1}");
+    assert_eq!(n(&s1, "shared.put_dropped"), 0, "{s1}");
+    assert_eq!(n(&s1, "shared.puts"), 30, "{s1}");
+    h1.unmount_and_wait();
+
+    let h2 = host(origin.path(), cluster, "late", &[]);
+    read_all(&h2, &files);
+    let s = h2.stats();
+    assert_eq!(
+        n(&s, "backing.read_bytes"),
+        0,
+        "host 2 read the origin: {s}"
+    );
+    assert_eq!(n(&s, "shared.hits"), 30, "{s}");
+    h2.unmount_and_wait();
 }
 
 #[test]

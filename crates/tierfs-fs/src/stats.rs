@@ -147,6 +147,7 @@ pub const GAUGES: &[&str] = &[
     "shared.chunk_size",
     "shared.down",
     "shared.queued_bytes",
+    "shared.later",
     "pressure.target",
     "pressure.size",
     "pressure.min",

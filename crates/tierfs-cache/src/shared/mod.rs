@@ -12,7 +12,7 @@
 pub mod format;
 mod tier;
 
-pub use tier::{SharedCache, SharedConfig, SharedSnapshot, SharedStats};
+pub use tier::{ChunkSource, SharedCache, SharedConfig, SharedSnapshot, SharedStats};
 
 /// An object store holding chunk objects: the seam between the tier's logic and the wire.
 /// Every call is bounded by the store's own deadline and answers, never hangs.

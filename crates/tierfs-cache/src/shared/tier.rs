@@ -1,6 +1,10 @@
 //! [`SharedCache`]: reads of chunks from the shared tier, verified, and the background
 //! uploads of what the origin gave, paced and bounded so that they never delay a reader.
 //!
+//! What the upload queue cannot take (its bytes are memory) is not lost for the fleet: its
+//! name waits in a list, and the chunk is read back from this host's SSD tier when the
+//! uploads catch up ([`ChunkSource`]); only a chunk that tier no longer holds goes unsent.
+//!
 //! The tier is a help, never a dependency: an error, a deadline passed or a server away makes
 //! it "down" for `backoff` (one log line for the episode, `shared.down` 1), during which
 //! reads go straight to the origin and nothing is uploaded; the first call after that tries
@@ -33,6 +37,18 @@ pub struct SharedConfig {
     pub put_threads: usize,
 }
 
+/// Where a chunk whose upload had to wait is read back from (the SSD tier, through the
+/// filesystem that knows its keys): the chunk's data, if every block of it is still there.
+pub trait ChunkSource: Send + Sync + 'static {
+    fn chunk(&self, name: &ChunkName) -> Option<Bytes>;
+}
+
+/// Names of chunks waiting for a late upload at most (80 bytes each).
+const LATER_MAX: usize = 1 << 18;
+
+/// How long a late upload waits for its chunk to be whole in the SSD tier.
+const LATE_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Counters of the shared tier (`tierfs stats`, Prometheus `tierfs_shared_*`).
 #[derive(Default, Debug)]
 pub struct SharedStats {
@@ -59,6 +75,9 @@ pub struct SharedStats {
     pub episodes: AtomicU64,
     /// Bytes waiting for upload.
     pub queued_bytes: AtomicU64,
+    /// Chunks waiting for a late upload from the SSD tier, and late uploads read back.
+    pub later: AtomicU64,
+    pub late_puts: AtomicU64,
 }
 
 /// [`SharedStats`] at one moment, with where the tier is (see [`SharedCache::snapshot`]).
@@ -80,6 +99,10 @@ pub struct SharedSnapshot {
     pub down: u64,
     pub episodes: u64,
     pub queued_bytes: u64,
+    #[serde(default)]
+    pub later: u64,
+    #[serde(default)]
+    pub late_puts: u64,
 }
 
 struct Inner {
@@ -87,6 +110,9 @@ struct Inner {
     cfg: SharedConfig,
     stats: SharedStats,
     down_until: Mutex<Option<Instant>>,
+    /// Chunks the queue could not take, uploaded from `source` once it is empty.
+    later: Mutex<std::collections::VecDeque<(ChunkName, Instant)>>,
+    source: std::sync::OnceLock<Arc<dyn ChunkSource>>,
 }
 
 /// The shared tier as the data path uses it (see the module documentation).
@@ -102,6 +128,8 @@ impl SharedCache {
             store,
             stats: SharedStats::default(),
             down_until: Mutex::new(None),
+            later: Mutex::new(Default::default()),
+            source: std::sync::OnceLock::new(),
             cfg,
         });
         let pacer = Arc::new(Mutex::new(Instant::now()));
@@ -112,6 +140,11 @@ impl SharedCache {
                 .spawn(move || uploader(&inner, &rx, &pacer));
         }
         Arc::new(SharedCache { inner, queue: tx })
+    }
+
+    /// Where late uploads read chunks back from (see [`ChunkSource`]).
+    pub fn set_source(&self, source: Arc<dyn ChunkSource>) {
+        let _ = self.inner.source.set(source);
     }
 
     pub fn config(&self) -> &SharedConfig {
@@ -209,8 +242,12 @@ impl SharedCache {
         let st = &self.inner.stats;
         let len = data.len() as u64;
         let queued = st.queued_bytes.load(Relaxed);
-        if !self.inner.usable() || queued + len > self.inner.cfg.queue_bytes {
+        if !self.inner.usable() {
             st.put_dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        if queued + len > self.inner.cfg.queue_bytes {
+            self.inner.defer(name);
             return;
         }
         st.queued_bytes.fetch_add(len, Relaxed);
@@ -243,6 +280,8 @@ impl SharedCache {
             down: g(&st.down),
             episodes: g(&st.episodes),
             queued_bytes: g(&st.queued_bytes),
+            later: g(&st.later),
+            late_puts: g(&st.late_puts),
         }
     }
 
@@ -250,7 +289,8 @@ impl SharedCache {
     /// `tierfs unmount`, so what this host read is there for the next one.
     pub fn drain(&self, limit: Duration) -> bool {
         let end = Instant::now() + limit;
-        while self.inner.stats.queued_bytes.load(Relaxed) > 0 {
+        let st = &self.inner.stats;
+        while st.queued_bytes.load(Relaxed) > 0 || st.later.load(Relaxed) > 0 {
             if Instant::now() >= end {
                 return false;
             }
@@ -261,6 +301,40 @@ impl SharedCache {
 }
 
 impl Inner {
+    /// Keeps `name` for a late upload, if there is a source to read it back from and room.
+    fn defer(&self, name: ChunkName) {
+        let mut later = self.later.lock();
+        if self.source.get().is_none() || later.len() >= LATER_MAX {
+            self.stats.put_dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        later.push_back((name, Instant::now()));
+        self.stats.later.fetch_add(1, Relaxed);
+    }
+
+    /// The next late upload: a chunk read back from the source (None: none left to do, or
+    /// the one tried is not readable yet). A chunk the source cannot give whole yet (the SSD
+    /// tier writes what it admits a moment later) is tried again for [`LATE_PATIENCE`],
+    /// then given up (counted as dropped).
+    fn take_later(&self) -> Option<(ChunkName, Bytes)> {
+        let (name, since) = self.later.lock().pop_front()?;
+        match self.source.get().and_then(|s| s.chunk(&name)) {
+            Some(data) => {
+                self.stats.later.fetch_sub(1, Relaxed);
+                Some((name, data))
+            }
+            None if since.elapsed() < LATE_PATIENCE => {
+                self.later.lock().push_back((name, since));
+                None
+            }
+            None => {
+                self.stats.later.fetch_sub(1, Relaxed);
+                self.stats.put_dropped.fetch_add(1, Relaxed);
+                None
+            }
+        }
+    }
+
     /// Whether to ask the tier now: not while an episode's back-off runs.
     fn usable(&self) -> bool {
         match *self.down_until.lock() {
@@ -292,7 +366,21 @@ impl Inner {
 /// An upload thread: takes queued chunks, paced to `write_rate` across all threads.
 fn uploader(inner: &Inner, rx: &Receiver<(ChunkName, Bytes)>, pacer: &Mutex<Instant>) {
     let st = &inner.stats;
-    while let Ok((name, data)) = rx.recv() {
+    loop {
+        // Queued chunks first; with none, a late one read back from the SSD tier.
+        let (name, data, queued) = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok((n, d)) => (n, d, true),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if !inner.usable() {
+                    continue;
+                }
+                match inner.take_later() {
+                    None => continue,
+                    Some((n, d)) => (n, d, false),
+                }
+            }
+        };
         let len = data.len() as u64;
         if inner.cfg.write_rate > 0 {
             // Each upload takes its slot of time; a thread waits for its own.
@@ -311,6 +399,9 @@ fn uploader(inner: &Inner, rx: &Receiver<(ChunkName, Bytes)>, pacer: &Mutex<Inst
                 Ok(()) => {
                     st.puts.fetch_add(1, Relaxed);
                     st.put_bytes.fetch_add(len, Relaxed);
+                    if !queued {
+                        st.late_puts.fetch_add(1, Relaxed);
+                    }
                     inner.answered();
                 }
                 Err(e) => {
@@ -321,6 +412,8 @@ fn uploader(inner: &Inner, rx: &Receiver<(ChunkName, Bytes)>, pacer: &Mutex<Inst
         } else {
             st.put_dropped.fetch_add(1, Relaxed);
         }
-        st.queued_bytes.fetch_sub(len, Relaxed);
+        if queued {
+            st.queued_bytes.fetch_sub(len, Relaxed);
+        }
     }
 }

@@ -13,6 +13,7 @@ mod read;
 mod readahead;
 mod seq_gate;
 mod shared_tier;
+pub(crate) use shared_tier::SsdChunks;
 mod siblings;
 mod warm;
 mod write;

@@ -10,12 +10,16 @@
 
 use super::seq_gate::Ticket;
 use super::{FetchError, FetchResult, Objects, OpenFile};
+use crate::meta_codec::version_of;
 use crate::stats::FsStats;
 use crate::version::{racy, Version};
 use bytes::Bytes;
 use std::sync::Arc;
-use tierfs_cache::{BlockKey, ChunkName, Claim, FlightGuard, SharedCache, Waiter};
-use tierfs_store::Store;
+use tierfs_cache::{
+    BlockKey, ChunkName, ChunkSource, Claim, FlightGuard, SharedCache, SsdCache, SsdKey, Waiter,
+    KIND_DATA,
+};
+use tierfs_store::{Fingerprint, Store};
 
 /// This reader's part in loading one chunk: it leads the load (with the chunk's data if RAM
 /// already holds all of it), or waits for another reader's.
@@ -188,5 +192,47 @@ impl<S: Store> Objects<S> {
         for g in guards {
             g.complete(Err(FetchError::Stale));
         }
+    }
+}
+
+/// Late uploads read chunks back from the SSD tier, whose keys (the object's identity and
+/// version, the block's index) a chunk's name holds: see `tierfs_cache::shared::ChunkSource`.
+pub(crate) struct SsdChunks {
+    pub ssd: Arc<SsdCache>,
+    pub block_size: u64,
+}
+
+impl ChunkSource for SsdChunks {
+    fn chunk(&self, name: &ChunkName) -> Option<Bytes> {
+        let bs = self.block_size;
+        let (start, end) = name.range();
+        let keys: Vec<SsdKey> = (start / bs..end.div_ceil(bs))
+            .map(|idx| SsdKey {
+                kind: KIND_DATA,
+                dev: name.ident.0,
+                ino: name.ident.1,
+                idx,
+            })
+            .collect();
+        let fp = Fingerprint {
+            size: name.size,
+            mtime_ns: name.mtime_ns,
+            ctime_ns: name.ctime_ns,
+        };
+        let mut data = Vec::with_capacity((end - start) as usize);
+        for (i, b) in self
+            .ssd
+            .get_many(&keys, version_of(&fp))
+            .into_iter()
+            .enumerate()
+        {
+            let b = b?;
+            let idx = start / bs + i as u64;
+            if b.len() as u64 != (end - idx * bs).min(bs) {
+                return None;
+            }
+            data.extend_from_slice(&b);
+        }
+        Some(data.into())
     }
 }

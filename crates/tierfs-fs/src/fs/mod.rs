@@ -92,7 +92,14 @@ impl<S: Store> Fs<S> {
     }
 
     /// Puts the shared tier between the SSD tier and the store (before any read).
+    /// Chunks its upload queue cannot take are read back from the SSD tier, if there is one.
     pub fn set_shared_tier(&self, tier: Arc<tierfs_cache::SharedCache>) {
+        if let Some(ssd) = &self.sh.ssd {
+            tier.set_source(Arc::new(crate::data::SsdChunks {
+                ssd: ssd.clone(),
+                block_size: self.sh.cfg.block_size,
+            }));
+        }
         let _ = self.sh.shared_tier.set(tier);
     }
 
