@@ -51,9 +51,9 @@ impl Cluster {
         let _lock = std::fs::File::create(std::env::temp_dir().join("tierfs-seaweedfs-ports.lock"))
             .unwrap();
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&_lock), libc::LOCK_EX) };
-        let port = free_port_range(12);
+        let port = free_port_range(20);
         let out = Command::new("timeout")
-            .arg("180")
+            .arg("600")
             .arg(script())
             .arg("start")
             .arg(dir.path())
@@ -142,21 +142,24 @@ fn shared_cluster() -> &'static Cluster {
     })
 }
 
-/// A port with the `n` above it free too (checked by binding each).
+/// A port with the `n` above it free too (checked by binding each), below the kernel's
+/// ephemeral range (32768 and up here): a port picked from that range can be taken by any
+/// outgoing connection of another test between this check and the server's bind.
 fn free_port_range(n: u16) -> u16 {
-    for _ in 0..200 {
-        let base = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        if base > 40000 {
-            continue; // gRPC ports are port + 10000 in SeaweedFS: stay below 55535
-        }
+    let mut r = Rng::new(std::process::id() as u64 ^ now_ns());
+    for _ in 0..500 {
+        let base = 20000 + 20 * r.below(600) as u16;
         if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
     }
     panic!("no free range of {n} ports");
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The origin: files of several sizes (a chunk is 4 MiB: files of one, two and three chunks,

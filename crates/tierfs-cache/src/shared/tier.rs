@@ -319,10 +319,8 @@ impl Inner {
     fn take_later(&self) -> Option<(ChunkName, Bytes)> {
         let (name, since) = self.later.lock().pop_front()?;
         match self.source.get().and_then(|s| s.chunk(&name)) {
-            Some(data) => {
-                self.stats.later.fetch_sub(1, Relaxed);
-                Some((name, data))
-            }
+            // Still counted in `later` until its upload is over (see `uploader`).
+            Some(data) => Some((name, data)),
             None if since.elapsed() < LATE_PATIENCE => {
                 self.later.lock().push_back((name, since));
                 None
@@ -412,8 +410,12 @@ fn uploader(inner: &Inner, rx: &Receiver<(ChunkName, Bytes)>, pacer: &Mutex<Inst
         } else {
             st.put_dropped.fetch_add(1, Relaxed);
         }
+        // Counted as waiting until now, so that a drain (unmount, a test) does not see
+        // nothing left while an upload is still in flight.
         if queued {
             st.queued_bytes.fetch_sub(len, Relaxed);
+        } else {
+            st.later.fetch_sub(1, Relaxed);
         }
     }
 }
