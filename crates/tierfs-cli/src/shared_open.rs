@@ -109,7 +109,8 @@ pub fn open(store: &AnyStore, t: &SharedTunables) -> Result<Option<Arc<SharedCac
         .map_err(|e| anyhow::anyhow!("shared tier: {e}"))?;
     let prefix = cfg.prefix.clone();
     let bucket = ObjectBucket::new(cfg, t.timeout);
-    if let Err(e) = bucket.check(&prefix) {
+    let unanswered = bucket.check(&prefix).err();
+    if let Some(e) = &unanswered {
         // Answers that will not change by waiting (S3's codes, or object_store's words for
         // them): the mount is refused. Anything else (refused connections, deadlines) may.
         let refused = [
@@ -133,7 +134,7 @@ pub fn open(store: &AnyStore, t: &SharedTunables) -> Result<Option<Arc<SharedCac
         bucket.describe(),
         t.chunk
     );
-    Ok(Some(SharedCache::new(
+    let tier = SharedCache::new(
         Arc::new(Bucket(bucket)),
         SharedConfig {
             prefix,
@@ -144,7 +145,11 @@ pub fn open(store: &AnyStore, t: &SharedTunables) -> Result<Option<Arc<SharedCac
             backoff: t.backoff,
             put_threads: 4,
         },
-    )))
+    );
+    if let Some(e) = unanswered {
+        tier.mark_failed(&e);
+    }
+    Ok(Some(tier))
 }
 
 #[cfg(test)]

@@ -142,6 +142,12 @@ impl SharedCache {
         Arc::new(SharedCache { inner, queue: tx })
     }
 
+    /// Starts an episode as if a request had failed with `e` (a bucket that did not answer
+    /// at mount): reads go to the origin until the back-off is over.
+    pub fn mark_failed(&self, e: &str) {
+        self.inner.failed(e);
+    }
+
     /// Where late uploads read chunks back from (see [`ChunkSource`]).
     pub fn set_source(&self, source: Arc<dyn ChunkSource>) {
         let _ = self.inner.source.set(source);
@@ -341,8 +347,11 @@ impl Inner {
         }
     }
 
+    /// An error or a deadline: down for `backoff` (one log line an episode). The state and
+    /// the deadline change together, under the lock.
     fn failed(&self, e: &str) {
-        *self.down_until.lock() = Some(Instant::now() + self.cfg.backoff);
+        let mut until = self.down_until.lock();
+        *until = Some(Instant::now() + self.cfg.backoff);
         if self.stats.down.swap(1, Relaxed) == 0 {
             self.stats.episodes.fetch_add(1, Relaxed);
             tracing::warn!(
@@ -353,9 +362,15 @@ impl Inner {
         }
     }
 
+    /// A request that succeeded ends an episode only once its back-off is over: one sent
+    /// before the failure and answered after it says nothing of the tier now.
     fn answered(&self) {
+        let mut until = self.down_until.lock();
+        if matches!(*until, Some(t) if Instant::now() < t) {
+            return;
+        }
         if self.stats.down.swap(0, Relaxed) == 1 {
-            *self.down_until.lock() = None;
+            *until = None;
             tracing::info!("shared tier {} answers again", self.store.describe());
         }
     }
