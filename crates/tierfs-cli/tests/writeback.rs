@@ -1547,9 +1547,13 @@ fn a_full_cache_device_writes_through_and_recovers_without_hand_work() {
             written.push((name, data.to_vec()));
         }
         let st = stats_of(&m.mnt);
+        // The SSD tier gives room back when the journal could not grow; a journal that kept
+        // up by reusing its own segments behind the flushers never asked (timing: seen in
+        // one full-suite run of five here).
         assert!(
-            n(&st, "ssd.reclaimed_segments") > 0,
-            "the SSD tier gave nothing back to the journal"
+            n(&st, "ssd.reclaimed_segments") > 0
+                || n(&st, "writeback.journal.create_failures") == 0,
+            "the journal could not grow and the SSD tier gave nothing back: {st}"
         );
         // (Whether the journal runs out of room or only waits for the flushers depends on
         // when the SSD tier gives its room back: either way no write fails.)
