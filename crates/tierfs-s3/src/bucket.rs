@@ -74,10 +74,7 @@ impl ObjectBucket {
                             Err(e) => Err(e),
                         }
                     };
-                    match tokio::time::timeout(limit, get).await {
-                        Ok(r) => r.map_err(|e| crate::errors::describe(&e)),
-                        Err(_) => Err(format!("no answer in {limit:?}")),
-                    }
+                    bounded(limit, get).await
                 })
             })
             .collect();
@@ -96,10 +93,9 @@ impl ObjectBucket {
         let key = self.key(key)?;
         let limit = self.timeout * 2 + Duration::from_secs(body.len() as u64 >> 24);
         rt.block_on(async {
-            match tokio::time::timeout(limit, s3.put(&key, PutPayload::from_bytes(body))).await {
-                Ok(r) => r.map(|_| ()).map_err(|e| crate::errors::describe(&e)),
-                Err(_) => Err(format!("no answer in {limit:?}")),
-            }
+            bounded(limit, s3.put(&key, PutPayload::from_bytes(body)))
+                .await
+                .map(|_| ())
         })
     }
 
@@ -110,11 +106,9 @@ impl ObjectBucket {
         let p = (!prefix.is_empty()).then(|| Key::from(prefix));
         let limit = self.timeout * 2;
         rt.block_on(async {
-            let list = s3.list_with_delimiter(p.as_ref());
-            match tokio::time::timeout(limit, list).await {
-                Ok(r) => r.map(|_| ()).map_err(|e| crate::errors::describe(&e)),
-                Err(_) => Err(format!("no answer in {limit:?}")),
-            }
+            bounded(limit, s3.list_with_delimiter(p.as_ref()))
+                .await
+                .map(|_| ())
         })
     }
 
@@ -139,5 +133,16 @@ impl ObjectBucket {
             Some(e) => format!("s3://{} at {e}", self.cfg.bucket),
             None => format!("s3://{} ({})", self.cfg.bucket, self.cfg.region),
         }
+    }
+}
+
+/// `f`'s result, or an error if it has not answered within `limit`; errors as one line.
+async fn bounded<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = object_store::Result<T>>,
+) -> std::result::Result<T, String> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r.map_err(|e| crate::errors::describe(&e)),
+        Err(_) => Err(format!("no answer in {limit:?}")),
     }
 }
