@@ -310,6 +310,18 @@ class MetaRun:
             Mounted(self, "rclone", "rclone mount :sftp: --vfs-cache-mode full"),
             Mounted(self, "rclone-nohash", "the same, --sftp-disable-hashcheck (reference)"),
         ]
+        # `--meta-only`: a subset of contenders and steps, for a look by hand.
+        only = [w for w in (getattr(b.args, "meta_only", None) or "").split(",") if w]
+        keys = {c.key for c in self.contenders}
+        steps = {"seq", "small", "stat", "grep", "ls", "du", "git"}
+        bad = [w for w in only if w not in keys | steps]
+        if bad:
+            raise BenchError(f"--meta-only: unknown {', '.join(bad)} (contenders: "
+                             f"{', '.join(sorted(keys))}; steps: {', '.join(sorted(steps))})")
+        self.partial = bool(only)
+        if any(w in keys for w in only):
+            self.contenders = [c for c in self.contenders if c.key in only]
+        self.steps = {w for w in only if w in steps} or steps
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -393,24 +405,27 @@ class MetaRun:
         c.mount(fresh=True)
         self.cmds[c.key] = c.cmd
         try:
-            self.step(c, "seq", "cold", "dd if=big.bin of=/dev/null bs=1M 2>&1", "big.bin", 1,
-                      timeout=600, prime=sc.big)
-            for phase in ("cold", "warm", "remount"):
+            want = self.steps
+            if "seq" in want:
+                self.step(c, "seq", "cold", "dd if=big.bin of=/dev/null bs=1M 2>&1", "big.bin",
+                          1, timeout=600, prime=sc.big)
+            for phase in ("cold", "warm", "remount") if "small" in want else ():
                 if phase == "remount":
                     c.remount()
                 self.step(c, "small", phase, "ls | xargs -P8 -n16 cat > /dev/null", "small",
                           sc.small, cwd="small")
-            self.step(c, "stat", "cold", "find stat -type f -exec stat -c '%s %Y %n' {} + "
-                      "> /dev/null", "stat", sc.small)
-            for phase in ("cold", "warm"):
+            if "stat" in want:
+                self.step(c, "stat", "cold", "find stat -type f -exec stat -c '%s %Y %n' {} + "
+                          "> /dev/null", "stat", sc.small)
+            for phase in ("cold", "warm") if "grep" in want else ():
                 self.step(c, "grep", phase, f"grep -r {NEEDLE} grep", "grep", sc.small, ok=(1,))
-            for n in sc.ls:
+            for n in sc.ls if "ls" in want else ():
                 for phase in ("cold", "warm"):
                     self.step(c, f"ls{n}", phase, f"ls -l ls{n} > /dev/null", f"ls{n}", n,
                               timeout=LS_TIMEOUT)
-            for phase in ("cold", "warm"):
+            for phase in ("cold", "warm") if "du" in want else ():
                 self.step(c, "du", phase, "du -s du", "du", sc.du_dirs * sc.du_files)
-            for phase in ("cold", "warm"):
+            for phase in ("cold", "warm") if "git" in want else ():
                 self.step(c, "git", phase, "git status --porcelain", "repo",
                           self.data["repo"]["files"], timeout=600, cwd="repo")
             st = c.stats()

@@ -363,6 +363,8 @@ def result(run) -> R.Result:
     v = run.store.versions
     crit = criteria(run)
     L = [f"- took {run.minutes:.1f} min; scale: " + ("**--quick** " if run.quick else "")
+         + ("**partial (--meta-only: criteria missing a contender or a step read n/a)** "
+            if run.partial else "")
          + f"{run.sc.small:,} small files, ls -l of {', '.join(f'{n:,}' for n in run.sc.ls)}, "
          f"du of {run.sc.du_dirs} x {run.sc.du_files:,}, {R.human(run.sc.big)} file",
          f"- store: **{emulation(run)}**. {run.store.details()}",

@@ -139,14 +139,17 @@ fn walks_cost_at_most_a_request_per_entry_at_every_size() {
             );
             // Once the trust ran out (`meta.ttl` lowered to 2 s, which also caps what is
             // trusted from now on, shorter than this walk: the case where entries expire
-            // while the walk is on them): every entry is asked for again, at most once, and
-            // the directory is renewed with one request, never listed.
+            // while the walk is on them): the opendir lists the directory again, once, with
+            // every entry's attributes (`store.stat_concurrency` at a time), instead of
+            // leaving each entry to a request of its own when `ls` stats it, one after
+            // another (over sshfs: 47 s for 10,000 entries, the store alone 0.4 s); every
+            // entry is asked for at most once.
             m.fs.set_meta_ttl(Duration::from_secs(2));
             std::thread::sleep(Duration::from_millis(2_100));
             let (req, lists) = step(&m, || ls_l(&d, count));
             assert_eq!(
-                lists, 0,
-                "{count}: ls -l after the trust ran out listed the directory"
+                lists, 1,
+                "{count}: ls -l after the trust ran out listed the directory {lists} times"
             );
             // (And the directory itself looked up again each time its 2 s ran out during
             // the walk: a few dozen over 10,000 entries.)
@@ -154,7 +157,6 @@ fn walks_cost_at_most_a_request_per_entry_at_every_size() {
                 req <= (count + count / 100 + 10) as u64,
                 "{count}: ls -l after the trust ran out made {req} requests"
             );
-            assert!(n(&m.stats(), "meta_renewals") >= 1);
         });
     }
 }

@@ -19,6 +19,10 @@ use tierfs_store::{Attr, Errno, FileKind, Result, Store};
 /// glibc's 32 KiB buffer takes about 1,000, or 195 with attributes).
 pub const READDIR_PAGE_MAX: usize = 8192;
 
+/// The fewest entries with stale attributes for which an opendir lists a directory again
+/// rather than leaving each to a request of its own (see `Namespace::entries_stale`).
+const RELIST_STALE_MIN: usize = 16;
+
 /// An opened directory.
 #[derive(Clone, Copy, Debug)]
 pub struct DirOpen {
@@ -264,8 +268,11 @@ impl<S: Store> Namespace<S> {
         if !self.meta.has_listing(i.id()) {
             self.restore_listing(i, false);
         }
-        let mut cached = self.cached_listing(i);
-        if cached.is_none() && self.renew(i) {
+        // Most entries stale: listed again below, with every entry's attributes (renewing
+        // the names alone would leave a request per entry to the walk).
+        let stale = self.entries_stale(i);
+        let mut cached = self.cached_listing(i).filter(|_| !stale);
+        if cached.is_none() && !stale && self.renew(i) {
             cached = self.cached_listing(i);
         }
         let listing: Vec<ListedName> = match cached {
@@ -312,8 +319,29 @@ impl<S: Store> Namespace<S> {
         if !self.meta.has_listing(i.id()) {
             self.restore_listing(&i, true);
         }
+        if self.entries_stale(&i) {
+            return None; // to be listed again (`listing_of`), on a worker
+        }
         let listing = self.cached_listing(&i)?;
         Some(self.dir_open(&i, listing))
+    }
+
+    /// Whether a fresh listing of `i` is to be taken again at this opendir because most of
+    /// its entries' attributes ran out (`MetaCache::stale_entries`): one listing with
+    /// attributes revalidates them all, `store.stat_concurrency` at a time, where the walk
+    /// that opened the directory would stat them one request each, one after another. Once
+    /// per opendir, never from a lookup (a listing per name looked up was the re-listing
+    /// loop of issue 42). Not for a few stale entries (a request each is as cheap), not
+    /// listed for names first (its entries get their attributes by kind, `entry_attrs`),
+    /// not while the store is gone.
+    fn entries_stale(&self, i: &Inode<St<S>>) -> bool {
+        if !self.meta.enabled() || self.names_first() || self.sh.store.inner().health.gone() {
+            return false;
+        }
+        match self.meta.stale_entries(i.id()) {
+            Some((stale, all)) => stale >= RELIST_STALE_MIN && stale * 4 >= all,
+            None => false,
+        }
     }
 
     /// A fresh cached listing as (name, kind, kernel inode).
