@@ -112,10 +112,9 @@ fn getdents_all(dir: &std::path::Path, size: usize) -> Vec<String> {
     }
 }
 
-/// A reply buffer that could hold more entries than one page hands out
-/// (`READDIR_PAGE_MAX`, 8,192): plain READDIR (no metadata cache, so the kernel asks with
-/// attributes only for the first page) of 20,000 entries with a 2 MiB `getdents` buffer gets
-/// short pages, and every entry exactly once.
+/// A big reply buffer: plain READDIR (no metadata cache, so the kernel asks with attributes
+/// only for the first page) of 20,000 entries with a 2 MiB `getdents` buffer (pages as long as
+/// the kernel's request allows, `fuse` max_pages) gets every entry exactly once.
 #[test]
 fn short_pages_lose_and_repeat_nothing() {
     const MANY: usize = 20_000;

@@ -401,15 +401,16 @@ impl<S: Store> InodeTable<S> {
         }
         let mut ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
-        let mut node = node;
-        let origin_again = origin.clone();
+        let (mut node, mut origin) = (node, origin);
         let entry = loop {
             let entry = self.inodes.entry(ino).or_insert_with(|| {
                 Arc::new(Inode {
                     ino,
                     id: parking_lot::Mutex::new(id),
                     node: parking_lot::Mutex::new(node.take()),
-                    origin: parking_lot::Mutex::new(origin.clone()),
+                    // Moved in, not copied (once per entry of a READDIRPLUS page); an
+                    // inode already in the table gets it below.
+                    origin: parking_lot::Mutex::new(origin.take()),
                     pinned: std::sync::atomic::AtomicBool::new(false),
                     kind: attr.kind,
                     lookups: AtomicU64::new(0),
@@ -425,7 +426,7 @@ impl<S: Store> InodeTable<S> {
             ino = ino.wrapping_add(1).max(SYNTHETIC_BASE);
             self.assigned.insert(id, ino);
         };
-        if let Some(o) = origin_again {
+        if let Some(o) = origin {
             // The latest name it was found by is the one most likely to still hold it.
             *entry.origin.lock() = Some(o);
         }

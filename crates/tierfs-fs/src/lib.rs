@@ -34,7 +34,7 @@ pub use config::FsConfig;
 pub use counted::{BackingStats, CountedStore};
 pub use data::{EvictReport, OpenReply, WarmError, WarmReport};
 pub use fs::Fs;
-pub use namespace::{DirEntryOut, DirOpen, Entry, Requester};
+pub use namespace::{DirEntryOut, DirOpen, DirPage, Entry, Requester};
 pub use pool::Pool;
 pub use served::KernelCache;
 pub use stats::{FsStats, StatsSnapshot, WarmStats, GAUGES};

@@ -22,7 +22,7 @@ impl<S: Store> Adapter<S> {
 
     pub(crate) fn list_dir(&self, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let r = self.fs.readdir(fh.0, offset).map(|entries| {
-            for e in entries {
+            for e in entries.iter() {
                 if reply.add(INodeNo(e.ino), e.next_offset, kind(e.kind), &e.name) {
                     break;
                 }
@@ -50,17 +50,19 @@ impl<S: Store> Adapter<S> {
         // up in the directory meanwhile). Names cannot go out in READDIRPLUS without their
         // real attributes (docs/architecture/metadata.md, "Listings for names first").
         if offset == 0 && fs.lists_names_first() {
-            if let Ok(mut entries) = fs.readdir(fh.0, 0) {
-                entries.truncate(2);
+            if let Ok(page) = fs.readdir(fh.0, 0) {
+                let dots = |p: &tierfs_fs::DirPage| p.len().min(2);
                 if let Some((dir_attr, _)) = fs.getattr_fast(ino.0) {
-                    let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                    let _ =
+                        fill_plus_page(fs, reply, &page[..dots(&page)], dir_attr, ttl, |_| None);
                     return;
                 }
                 // The directory's own attributes from the store, on a worker: the short
                 // page still, or the page below would look up (and so stat) every entry.
                 self.spawn(move |fs, _, _| match fs.getattr(ino.0) {
                     Ok(dir_attr) => {
-                        let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |_| None);
+                        let dots = &page[..dots(&page)];
+                        let _ = fill_plus_page(fs, reply, dots, dir_attr, ttl, |_| None);
                     }
                     Err(e) => reply.error(errno(e)),
                 });
@@ -69,7 +71,7 @@ impl<S: Store> Adapter<S> {
         }
         let reply = match (fs.readdir(fh.0, offset), fs.getattr_fast(ino.0)) {
             (Ok(entries), Some((dir_attr, _))) => {
-                match fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
+                match fill_plus_page(fs, reply, &entries, dir_attr, ttl, |name| {
                     fs.lookup_fast(ino.0, name, 0)
                 }) {
                     Ok(()) => return,
@@ -88,7 +90,7 @@ impl<S: Store> Adapter<S> {
                 Err(e) => return reply.error(errno(e)),
             };
             // `lookup` always answers here, so the reply is never handed back.
-            let _ = fill_plus_page(fs, reply, entries, dir_attr, ttl, |name| {
+            let _ = fill_plus_page(fs, reply, &entries, dir_attr, ttl, |name| {
                 Some(fs.lookup(ino.0, name))
             });
         });

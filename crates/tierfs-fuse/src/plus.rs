@@ -24,7 +24,7 @@ use tierfs_fs::{Attr, DirEntryOut, Entry, Fs, Result, Store};
 pub(crate) fn fill_plus_page<S: Store>(
     fs: &Fs<S>,
     mut reply: ReplyDirectoryPlus,
-    entries: Vec<DirEntryOut>,
+    entries: &[DirEntryOut],
     dir_attr: Attr,
     ttl: Duration,
     mut lookup: impl FnMut(&OsStr) -> Option<Result<Entry>>,

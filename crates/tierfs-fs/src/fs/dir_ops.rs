@@ -2,7 +2,7 @@
 //! READDIRPLUS, releasedir.
 
 use super::Fs;
-use crate::namespace::{DirEntryOut, DirOpen};
+use crate::namespace::{DirOpen, DirPage};
 use tierfs_store::{Result, Store};
 
 impl<S: Store> Fs<S> {
@@ -34,7 +34,7 @@ impl<S: Store> Fs<S> {
     }
 
     /// Entries from `offset` on.
-    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
+    pub fn readdir(&self, fh: u64, offset: u64) -> Result<DirPage> {
         self.ns.readdir(fh, offset)
     }
 

@@ -14,11 +14,6 @@ use std::time::Instant;
 use tierfs_cache::{Claim, KIND_DIR};
 use tierfs_store::{Attr, Errno, FileKind, Result, Store};
 
-/// The most entries [`Namespace::readdir`] hands out at once: more than a 128 KiB reply
-/// buffer holds even of the smallest entries (24 bytes and a short name each; `getdents` with
-/// glibc's 32 KiB buffer takes about 1,000, or 195 with attributes).
-pub const READDIR_PAGE_MAX: usize = 8192;
-
 /// The fewest entries with stale attributes for which an opendir lists a directory again
 /// rather than leaving each to a request of its own (see `Namespace::entries_stale`).
 const RELIST_STALE_MIN: usize = 16;
@@ -40,6 +35,19 @@ pub(crate) type ListedName = (OsString, FileKind, u64);
 
 pub(crate) struct DirHandle {
     entries: Vec<DirEntryOut>,
+}
+
+/// A directory handle's entries from an offset on ([`Namespace::readdir`]).
+pub struct DirPage {
+    handle: Arc<DirHandle>,
+    start: usize,
+}
+
+impl std::ops::Deref for DirPage {
+    type Target = [DirEntryOut];
+    fn deref(&self) -> &[DirEntryOut] {
+        &self.handle.entries[self.start..]
+    }
 }
 
 impl<S: Store> Namespace<S> {
@@ -74,7 +82,9 @@ impl<S: Store> Namespace<S> {
             return self.list_names(d, &node, dir_attr, start);
         }
         let own_before = crate::file_state::own_changes();
+        let began = Instant::now();
         let listing = self.sh.store.readdir_plus(&node)?;
+        self.walks.listed(d.id(), listing.len(), began.elapsed());
         // Trusted for `meta.ttl` from when it is complete, not from when it was asked for:
         // a listing that takes longer than `meta.ttl` (1,000 entries over a slow link) would
         // otherwise be stale on arrival, and every lookup in the directory would list it
@@ -386,17 +396,15 @@ impl<S: Store> Namespace<S> {
         fh
     }
 
-    /// Entries from `offset` on, at most [`READDIR_PAGE_MAX`] of them: what one reply can
-    /// hold. (Copying the whole rest of the directory for every page was O(n^2) in the
-    /// directory's size; a short page is fine, the kernel asks again from the next offset.)
-    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Vec<DirEntryOut>> {
-        let d = self.dirs.get(&fh).map(|d| d.clone()).ok_or(Errno::EBADF)?;
-        Ok(d.entries
-            .iter()
-            .skip(offset as usize)
-            .take(READDIR_PAGE_MAX)
-            .cloned()
-            .collect())
+    /// Entries from `offset` on, shared with the handle, not copied: a reply takes what it
+    /// can hold (about 200 entries with attributes in glibc's 32 KiB `getdents` buffer) and
+    /// the kernel asks again from the next offset. (Copying the rest of the directory for
+    /// every page was O(n^2) in its size; copying up to 8,192 entries for a reply that holds
+    /// 200 was most of a warm `ls -l` of 10,000 entries in the daemon.)
+    pub fn readdir(&self, fh: u64, offset: u64) -> Result<DirPage> {
+        let handle = self.dirs.get(&fh).map(|d| d.clone()).ok_or(Errno::EBADF)?;
+        let start = (offset as usize).min(handle.entries.len());
+        Ok(DirPage { handle, start })
     }
 
     pub fn releasedir(&self, fh: u64) {

@@ -20,9 +20,10 @@ mod nodes;
 mod persisted;
 mod provisional;
 mod rename;
+mod walk_lists;
 
 pub(crate) use checks::Answer;
-pub use listing::DirOpen;
+pub use listing::{DirOpen, DirPage};
 pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV, STALL_PATIENCE};
 
 use crate::identity::Ident;
@@ -96,6 +97,8 @@ pub(crate) struct Namespace<S: Store> {
     pub(crate) checks: checks::Checks,
     /// The store has no extended attributes at all (see `attrs`).
     pub(crate) no_xattrs: bool,
+    /// Directories never listed that a walk looks names up in one by one (see `walk_lists`).
+    walks: walk_lists::WalkLists,
 }
 
 impl<S: Store> Namespace<S> {
@@ -127,6 +130,7 @@ impl<S: Store> Namespace<S> {
             absent: absent::Absent::default(),
             checks: checks::Checks::default(),
             no_xattrs,
+            walks: walk_lists::WalkLists::default(),
             sh,
         };
         ns.meta.put_attr(root_attr, Instant::now());
@@ -234,7 +238,11 @@ impl<S: Store> Namespace<S> {
             None => {
                 // Stamped with when it was asked for (see `FileState::own_change`).
                 let fetched = Instant::now();
-                let (node, attr) = match self.sh.store.lookup(&self.node(&p)?, name) {
+                let r = self.sh.store.lookup(&self.node(&p)?, name);
+                if self.walks_listed() && !self.meta.has_listing(p.id()) {
+                    self.walks.missed(p.id(), fetched.elapsed());
+                }
+                let (node, attr) = match r {
                     Ok(r) => r,
                     Err(e) => {
                         if e == Errno::ENOENT {
@@ -392,6 +400,16 @@ impl<S: Store> Namespace<S> {
             self.restore_listing(p, false);
             found = self.meta.lookup(p.id(), name);
         }
+        if matches!(found, NameLookup::Unknown)
+            && !self.meta.has_listing(p.id())
+            && self.walk_due(p)
+        {
+            // A walk looking names up one by one in a directory nobody listed: one listing
+            // answers the rest of it (`walk_lists`).
+            if self.list_dir(p).is_ok() {
+                found = self.meta.lookup(p.id(), name);
+            }
+        }
         if matches!(found, NameLookup::Unknown) && self.sh.store.inner().health.gone() {
             if let Some(e) = self.answer_while_gone(p, name) {
                 return Ok(Some(e));
@@ -411,6 +429,24 @@ impl<S: Store> Namespace<S> {
             }
         }
         self.answer_from_listing(p, name, found).transpose()
+    }
+
+    /// Whether this mount lists directories a walk looks names up in (see `walk_lists`): a
+    /// store whose listing is names with a stat per entry, not listed for names first.
+    fn walks_listed(&self) -> bool {
+        self.meta.enabled() && self.renews_listings() && !self.names_first()
+    }
+
+    /// Whether `p`, never listed, is to be listed now for the walk looking names up in it.
+    fn walk_due(&self, p: &Arc<Inode<St<S>>>) -> bool {
+        if !self.walks_listed() || self.sh.store.inner().health.gone() {
+            return false;
+        }
+        let size = match self.meta.attr_expired(p.id()) {
+            Some((a, _)) => a.size,
+            None => return false,
+        };
+        self.walks.due(p.id(), size)
     }
 
     /// While the store is gone, a name looked up before (its directory never listed) is
