@@ -32,7 +32,7 @@ pub(crate) fn fill_plus_page<S: Store>(
     let mut added_any = false;
     for e in entries {
         if e.name == "." || e.name == ".." {
-            if add(&mut reply, &e, &dir_attr, Duration::ZERO) {
+            if add(&mut reply, e, &dir_attr, Duration::ZERO) {
                 break;
             }
             added_any = true;
@@ -41,7 +41,7 @@ pub(crate) fn fill_plus_page<S: Store>(
         match lookup(&e.name) {
             Some(Ok(entry)) => {
                 let t = ttl.min(entry.valid);
-                if add(&mut reply, &e, &entry.attr, t) {
+                if add(&mut reply, e, &entry.attr, t) {
                     fs.forget(entry.attr.ino, 1);
                     break;
                 }
