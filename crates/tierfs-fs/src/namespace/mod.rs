@@ -432,9 +432,14 @@ impl<S: Store> Namespace<S> {
     }
 
     /// Whether this mount lists directories a walk looks names up in (see `walk_lists`): a
-    /// store whose listing is names with a stat per entry, not listed for names first.
+    /// network store (a local disk answers a lookup in microseconds) whose directories'
+    /// sizes follow their names (a filesystem, an sftp server; not S3), not listed for names
+    /// first.
     fn walks_listed(&self) -> bool {
-        self.meta.enabled() && self.renews_listings() && !self.names_first()
+        self.meta.enabled()
+            && self.sh.store.may_hang()
+            && self.sh.store.dirs_track_names()
+            && !self.names_first()
     }
 
     /// Whether `p`, never listed, is to be listed now for the walk looking names up in it.

@@ -9,10 +9,11 @@
 //! directory over a network: sshfs's OPENDIR, READDIR, CLOSE), plus a cost per entry learnt
 //! from the listings taken so far (50 µs before the first), times the entries the directory's
 //! size on the store suggests (16 in its first 4 KiB block, one per 24 bytes after: ext4,
-//! XFS and NFS directories grow so). Only on stores whose listing names entries and stats
-//! each (a filesystem: local, NFS, sshfs); not on those whose listing carries attributes in
-//! pages whose number the directory's size does not tell (S3, sftp), and not where
-//! directories are listed for names first (there a listing is cheap and stats come by kind).
+//! XFS and NFS directories grow so). Only on network stores whose directories' sizes follow
+//! their names (NFS, sshfs and other FUSE mounts, an sftp server); not on a local disk (a
+//! lookup costs microseconds, and a listing's entries are each a stat), not on S3 (a prefix's
+//! size tells nothing), and not where directories are listed for names first (there a
+//! listing is cheap and stats come by kind).
 //! Never a directory that has a listing, fresh or not: a stale listing is renewed or
 //! relisted by an opendir, and a lookup in it costs one request (the re-listing loop of issue
 //! 42 came from lookups relisting).
