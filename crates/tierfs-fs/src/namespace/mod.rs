@@ -239,7 +239,10 @@ impl<S: Store> Namespace<S> {
                 // Stamped with when it was asked for (see `FileState::own_change`).
                 let fetched = Instant::now();
                 let r = self.sh.store.lookup(&self.node(&p)?, name);
-                if self.walks_listed() && !self.meta.has_listing(p.id()) {
+                // Only answers count (a name, or none): a lookup that failed or timed out on
+                // a hanging store must not make a listing, which is not bounded, look cheap.
+                let answered = matches!(&r, Ok(_) | Err(Errno::ENOENT));
+                if answered && self.walks_listed() && !self.meta.has_listing(p.id()) {
                     self.walks.missed(p.id(), fetched.elapsed());
                 }
                 let (node, attr) = match r {
