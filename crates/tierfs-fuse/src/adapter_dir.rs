@@ -51,18 +51,16 @@ impl<S: Store> Adapter<S> {
         // real attributes (docs/architecture/metadata.md, "Listings for names first").
         if offset == 0 && fs.lists_names_first() {
             if let Ok(page) = fs.readdir(fh.0, 0) {
-                let dots = |p: &tierfs_fs::DirPage| p.len().min(2);
+                let dots = page.len().min(2);
                 if let Some((dir_attr, _)) = fs.getattr_fast(ino.0) {
-                    let _ =
-                        fill_plus_page(fs, reply, &page[..dots(&page)], dir_attr, ttl, |_| None);
+                    let _ = fill_plus_page(fs, reply, &page[..dots], dir_attr, ttl, |_| None);
                     return;
                 }
                 // The directory's own attributes from the store, on a worker: the short
                 // page still, or the page below would look up (and so stat) every entry.
                 self.spawn(move |fs, _, _| match fs.getattr(ino.0) {
                     Ok(dir_attr) => {
-                        let dots = &page[..dots(&page)];
-                        let _ = fill_plus_page(fs, reply, dots, dir_attr, ttl, |_| None);
+                        let _ = fill_plus_page(fs, reply, &page[..dots], dir_attr, ttl, |_| None);
                     }
                     Err(e) => reply.error(errno(e)),
                 });

@@ -8,7 +8,7 @@ use crate::adapter::{
 };
 use crate::attr::file_attr;
 use fuser::{
-    CopyFileRangeFlags, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
+    CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
@@ -68,9 +68,22 @@ impl<S: Store> Filesystem for Adapter<S> {
         if let Some(r) = self.fs.lookup_fast(parent.0, name, req.pid()) {
             return entry_reply(reply, self.ttls.attr.get(), self.ttls.entry.get(), r);
         }
+        // Killable while it waits: a lookup may wait for a listing of its directory (a walk
+        // in a directory nobody listed, `namespace::walk_lists`; a names-first listing's
+        // stats), which is not bounded by `store.timeout` as a single lookup is.
         let (name, pid) = (name.to_owned(), req.pid());
+        let (slot, done) = self.waiting.register(pid, reply, |r| r.error(Errno::EINTR));
         self.spawn(move |fs, at, et| {
-            entry_reply(reply, at, et, fs.lookup_by(parent.0, &name, pid))
+            let r = fs.lookup_by(parent.0, &name, pid);
+            drop(done);
+            let Some(reply) = slot.take() else {
+                // Its caller was killed and answered: the kernel never learnt this entry.
+                if let Ok(e) = &r {
+                    fs.forget(e.ino, 1);
+                }
+                return;
+            };
+            entry_reply(reply, at, et, r)
         });
     }
 

@@ -280,7 +280,9 @@ impl<S: Store> Namespace<S> {
         }
         // Most entries stale: listed again below, with every entry's attributes (renewing
         // the names alone would leave a request per entry to the walk).
-        let stale = self.entries_stale(i);
+        // Asked first, bounded by `store.timeout` (a listing is not): a store that froze
+        // since gets cached names and attributes served, as a renewal would have.
+        let stale = self.entries_stale(i) && self.fetch_attr(i).is_ok();
         let mut cached = self.cached_listing(i).filter(|_| !stale);
         if cached.is_none() && !stale && self.renew(i) {
             cached = self.cached_listing(i);
@@ -336,7 +338,7 @@ impl<S: Store> Namespace<S> {
         Some(self.dir_open(&i, listing))
     }
 
-    /// Whether a fresh listing of `i` is to be taken again at this opendir because most of
+    /// Whether the listing of `i` (fresh or not) is to be taken again at this opendir because most of
     /// its entries' attributes ran out (`MetaCache::stale_entries`): one listing with
     /// attributes revalidates them all, `store.stat_concurrency` at a time, where the walk
     /// that opened the directory would stat them one request each, one after another. Once

@@ -408,8 +408,10 @@ impl<S: Store> Namespace<S> {
             && self.walk_due(p)
         {
             // A walk looking names up one by one in a directory nobody listed: one listing
-            // answers the rest of it (`walk_lists`).
-            if self.list_dir(p).is_ok() {
+            // answers the rest of it (`walk_lists`). The directory is asked first, bounded
+            // by `store.timeout` as a lookup is (a listing is not): a store that froze since
+            // is not listed.
+            if self.fetch_attr(p).is_ok() && self.list_dir(p).is_ok() {
                 found = self.meta.lookup(p.id(), name);
             }
         }
