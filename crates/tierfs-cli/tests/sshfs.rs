@@ -126,3 +126,45 @@ fn files_read_once_over_sshfs_come_from_ram_after_a_forget_and_from_ssd_after_re
     });
     m.unmount_and_wait();
 }
+
+/// A walk that looks names up one by one in a directory nobody listed (`git status`'s
+/// `lstat` of every tracked file) gets the directory listed once its lookups have cost what
+/// the listing would (`namespace/walk_lists.rs`): `stat` of 2,000 files by name, in order,
+/// through tierfs over sshfs, lists the directory once and asks the store by name for
+/// fewer than 1,500 of them, and every answer is the file's own size. (The rule weighs time:
+/// a local sshfs lookup costs 100 us or more, and the listing is estimated at ~95 ms here,
+/// so it comes within the first ~950 names; 345 here.)
+#[test]
+fn a_walk_by_name_in_a_directory_nobody_listed_lists_it_once() {
+    const FILES: usize = 2_000;
+    let store = Sshfs::start();
+    let dir = store.served.join("walk");
+    std::fs::create_dir(&dir).unwrap();
+    for k in 0..FILES {
+        std::fs::write(dir.join(format!("f{k:04}")), vec![b'x'; k % 97]).unwrap();
+    }
+    let m = BinMount::unmounted_in(Path::new("/var/tmp"));
+    m.mount_source(store.mnt.as_os_str(), &[], &[]);
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        // The directory itself is known (looked up), never listed.
+        assert!(std::fs::metadata(mnt.join("walk")).unwrap().is_dir());
+        let before = stats_of(&mnt);
+        for k in 0..FILES {
+            let md = std::fs::symlink_metadata(mnt.join(format!("walk/f{k:04}"))).unwrap();
+            assert_eq!(md.len(), (k % 97) as u64, "f{k:04}");
+        }
+        let after = stats_of(&mnt);
+        let d = |k: &str| n(&after, k) - n(&before, k);
+        let (lookups, listings) = (d("backing.lookup"), d("meta_listings"));
+        eprintln!("{lookups} lookups, {listings} listings for {FILES} stats by name");
+        assert_eq!(listings, 1, "the directory listed {listings} times");
+        // The listing's own stats count as lookups, one per entry: the rest were by name.
+        let by_name = lookups.saturating_sub(FILES as u64);
+        assert!(
+            by_name < 1_500,
+            "{by_name} store lookups by name for {FILES} stats ({lookups} in all)"
+        );
+    });
+    m.unmount_and_wait();
+}
