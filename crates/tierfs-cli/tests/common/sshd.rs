@@ -57,11 +57,44 @@ impl Sshd {
             );
         }
         std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let client = [
+            "Host *".to_string(),
+            format!("  IdentityFile {}", d.join("client_key").display()),
+            "  IdentitiesOnly yes".into(),
+            "  StrictHostKeyChecking no".into(),
+            "  UserKnownHostsFile /dev/null".into(),
+            "  LogLevel ERROR".into(),
+        ]
+        .join("\n");
+        std::fs::write(d.join("ssh_config"), client + "\n").unwrap();
+        let mut s = Sshd {
+            dir,
+            served,
+            port: 0,
+            child: None,
+        };
+        // A free port, given up again for sshd to take: another test's socket can take it
+        // in between (sshd then fails to bind); a few tries with new ports.
+        for attempt in 1.. {
+            s.port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            s.configure();
+            match s.try_listen() {
+                Ok(()) => break,
+                Err(e) if attempt < 5 => eprintln!("sshd: {e}; another port"),
+                Err(e) => panic!("sshd: {e}"),
+            }
+        }
+        s
+    }
+
+    /// sshd_config for `self.port`.
+    fn configure(&self) {
+        let d = self.dir.path();
+        let port = self.port;
         let conf = [
             "ListenAddress 127.0.0.1".to_string(),
             format!("Port {port}"),
@@ -79,29 +112,22 @@ impl Sshd {
         ]
         .join("\n");
         std::fs::write(d.join("sshd_config"), conf + "\n").unwrap();
-        let client = [
-            "Host *".to_string(),
-            format!("  IdentityFile {}", d.join("client_key").display()),
-            "  IdentitiesOnly yes".into(),
-            "  StrictHostKeyChecking no".into(),
-            "  UserKnownHostsFile /dev/null".into(),
-            "  LogLevel ERROR".into(),
-        ]
-        .join("\n");
-        std::fs::write(d.join("ssh_config"), client + "\n").unwrap();
-        let mut s = Sshd {
-            dir,
-            served,
-            port,
-            child: None,
-        };
-        s.listen();
-        s
     }
 
     /// sshd (again) on the same port.
     pub fn listen(&mut self) {
+        if let Err(e) = self.try_listen() {
+            panic!("sshd: {e}");
+        }
+    }
+
+    /// Starts sshd on `self.port` and waits until its log says it listens there (a TCP
+    /// connect alone could reach another test's socket that took the port: the sftp store's
+    /// mount then met "Connection refused"). Err: sshd exited (its log).
+    fn try_listen(&mut self) -> Result<(), String> {
         let d = self.dir.path();
+        let log_path = d.join("sshd.log");
+        let seen = log_of(&log_path).len();
         // sshd's privilege separation directory (a boot-time directory, absent in a fresh
         // container).
         let _ = std::fs::create_dir_all("/run/sshd");
@@ -119,14 +145,23 @@ impl Sshd {
             .spawn()
             .expect("/usr/sbin/sshd (scripts/deps installs openssh-server)");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Ok(Some(st)) = sshd.try_wait() {
-                panic!("sshd exited ({st}): {}", log_of(&d.join("sshd.log")));
+        let listening = format!("Server listening on 127.0.0.1 port {}.", self.port);
+        loop {
+            let log = log_of(&log_path);
+            if log.get(seen..).is_some_and(|new| new.contains(&listening)) {
+                break;
             }
-            assert!(Instant::now() < deadline, "sshd not listening after 20 s");
+            if let Ok(Some(st)) = sshd.try_wait() {
+                return Err(format!("exited ({st}): {}", log.get(seen..).unwrap_or("")));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sshd not listening after 20 s: {log}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         self.child = Some(sshd);
+        Ok(())
     }
 
     /// The listening sshd stopped: no new connection is accepted (sessions already open,
