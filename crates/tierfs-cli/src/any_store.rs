@@ -414,6 +414,13 @@ impl Store for AnyStore {
             AnyStore::Sftp(s) => s.listing_carries_attrs(),
         }
     }
+    fn fstat_is_local(&self) -> bool {
+        match self {
+            AnyStore::Posix(s) => s.fstat_is_local(),
+            AnyStore::S3(s) => s.fstat_is_local(),
+            AnyStore::Sftp(s) => s.fstat_is_local(),
+        }
+    }
     fn stat_names(&self, node: &AnyNode, names: &[OsString]) -> Vec<Option<Attr>> {
         match (self, node) {
             (AnyStore::Posix(s), AnyNode::Posix(n)) => s.stat_names(n, names),

@@ -424,6 +424,9 @@ impl<S: Store> Store for IdStore<S> {
     fn listing_carries_attrs(&self) -> bool {
         self.inner.listing_carries_attrs()
     }
+    fn fstat_is_local(&self) -> bool {
+        self.inner.fstat_is_local()
+    }
     fn stat_names(&self, node: &Self::Node, names: &[OsString]) -> Vec<Option<Attr>> {
         let mut v = self.inner.stat_names(&node.inner, names);
         for (a, name) in v.iter_mut().zip(names) {

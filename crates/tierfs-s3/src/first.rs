@@ -24,7 +24,7 @@ impl Ctx {
         let meta = self.run(self.client()?.s3.head(&key))?;
         let mut a = object_attr(&meta, self.owner);
         a.ino = key_ino(rel);
-        Ok((a, meta.e_tag))
+        Ok((a, meta.e_tag.filter(|e| !e.is_empty())))
     }
 
     /// The attributes, ETag and first bytes (up to [`OPEN_READ`]) of object `rel`, in one
@@ -48,7 +48,7 @@ impl Ctx {
             Ok((meta, first)) => {
                 let mut a = object_attr(&meta, self.owner);
                 a.ino = key_ino(rel);
-                Ok((a, meta.e_tag, Some(first)))
+                Ok((a, meta.e_tag.filter(|e| !e.is_empty()), Some(first)))
             }
             Err(Errno::ENOENT) => Err(Errno::ENOENT),
             Err(_) => {

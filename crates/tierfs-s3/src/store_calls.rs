@@ -368,6 +368,10 @@ impl Store for S3Store {
     fn listing_carries_attrs(&self) -> bool {
         true
     }
+    /// The handle holds the version it reads (from its open's GET or HEAD, or its staging).
+    fn fstat_is_local(&self) -> bool {
+        true
+    }
 
     /// One delimited listing (object_store fetches its pages one after another) gives every
     /// entry with its attributes: a directory costs a request per 1,000 entries, no HEADs.

@@ -438,6 +438,9 @@ impl<S: Store> Store for FaultStore<S> {
     fn listing_carries_attrs(&self) -> bool {
         self.inner.listing_carries_attrs()
     }
+    fn fstat_is_local(&self) -> bool {
+        self.inner.fstat_is_local()
+    }
     fn stat_names(&self, node: &S::Node, names: &[OsString]) -> Vec<Option<Attr>> {
         if self.faults.enter(Meta).is_err() {
             return vec![None; names.len()];

@@ -273,6 +273,11 @@ pub trait Store: Send + Sync + 'static {
     fn listing_carries_attrs(&self) -> bool {
         false
     }
+    /// Whether [`Store::fstat`] is answered from the handle itself, with no request to the
+    /// store (an S3 handle holds the version it reads): not counted as a store request then.
+    fn fstat_is_local(&self) -> bool {
+        false
+    }
     /// The attributes of `names` in directory `node` (None: gone, or failed), with many
     /// requests in flight where the store can: what [`Store::readdir_plus`] adds to a
     /// listing, for the entries asked for. The default asks one after another.

@@ -198,7 +198,7 @@ impl<S: Store> Objects<S> {
     /// attributes taken as it is opened being the open's check: a file read for the first
     /// time costs the store its open, not a check and then an open (over sftp, a cold small
     /// file took three round trips: the check, the open, the read).
-    fn has_cached_data(&self, st: &crate::file_state::FileState) -> bool {
+    pub(crate) fn has_cached_data(&self, st: &crate::file_state::FileState) -> bool {
         let v = st.version();
         if v.fp.size == 0
             || self

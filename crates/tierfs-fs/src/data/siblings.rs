@@ -18,7 +18,6 @@ use crate::stats::FsStats;
 use std::ffi::OsString;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use tierfs_cache::BlockKey;
 use tierfs_store::{FileKind, Store};
 
 /// Directories whose walks are followed at once; the least recently used is forgotten.
@@ -131,11 +130,12 @@ impl<S: Store> Objects<S> {
             if attr.size == 0 || attr.size > max {
                 continue;
             }
+            // Cached in RAM or in the SSD tier: nothing to load ahead. (A load of a file the
+            // SSD tier holds cost a close-to-open check of its own, which cannot stand for the
+            // walk's, asked before its open began: after a remount, `md5sum *` made two store
+            // requests per file.)
             if let Some(st) = self.ns.inodes.file_state_of(child.id) {
-                let v = st.version();
-                if st.has_dirty.load(Relaxed)
-                    || self.sh.cache.contains(&BlockKey { gen: v.gen, idx: 0 })
-                {
+                if st.has_dirty.load(Relaxed) || self.has_cached_data(&st) {
                     continue;
                 }
             }
