@@ -395,6 +395,11 @@ impl<S: Store> Objects<S> {
         let a = self.sh.fstat_as(&of.state, h)?;
         of.state.set_after_own_write(v.gen, &a);
         self.ns.meta.put_attr(&a, Instant::now());
+        // What the RAM tier holds of it is this version's data (whole blocks: see
+        // `patch_blocks_shared`): into the SSD tier under the version the store now shows,
+        // which a listing after a remount gives too. Else a file written through the mount
+        // was fetched again at its first read after a remount (issue 43).
+        self.sh.reoffer_to_ssd(&of.state);
         Ok(())
     }
 
