@@ -34,7 +34,7 @@ from pathlib import Path
 import benchcore as R
 import fleetreport
 from benchcore import BenchError, Result, log, run
-from s3bench import BUCKET, PREFIX, S3Env, md5_file, put_file
+from s3bench import ACCESS, BUCKET, PREFIX, RCLONE, RCLONE_ENV, SECRET, S3Env, md5_file, put_file
 from testbed import Bench
 
 SEAWEEDFS = R.ROOT / "scripts" / "seaweedfs"
@@ -315,6 +315,31 @@ def read_on(b: Bench, host: Host, env: S3Env, tier: SeaweedFS, files: list, tota
     host.unmount()
 
 
+def plain_tier_read(tier: SeaweedFS, total: int) -> dict:
+    """What the cluster serves on this machine: a plain S3 client (`rclone copy`, 8 transfers)
+    reads every object the hosts put in the tier into /dev/shm, after the same cache drop and
+    warm-up as a host's read. The ceiling of a host reading the dataset from the tier."""
+    dest = Path("/dev/shm/tierfs-fleet-plain")
+    shutil.rmtree(dest, ignore_errors=True)
+    remote = (f":s3,provider=Other,env_auth=false,access_key_id={ACCESS},"
+              f"secret_access_key={SECRET},endpoint='{tier.endpoint}',"
+              f"force_path_style=true:{SHARED_BUCKET}/{SHARED_PREFIX}")
+    cmd = RCLONE + ["copy", remote, str(dest), "--transfers", "8", "--checkers", "16"]
+    R.drop_caches()
+    tier.warm()
+    log("plain client reading the tier: rclone copy --transfers 8 into /dev/shm")
+    t0 = time.monotonic()
+    p = run(cmd, max(1800, total / 2e6), check=False, env=RCLONE_ENV)
+    secs = time.monotonic() - t0
+    got = [f.stat().st_size for f in dest.rglob("*") if f.is_file()]
+    shutil.rmtree(dest, ignore_errors=True)
+    out = {"seconds": secs, "objects": len(got), "bytes": sum(got), "rc": p.returncode,
+           "cmd": " ".join(cmd).replace(SECRET, "...")}
+    log(f"plain client: {out['objects']:,} objects, {out['bytes']:,} bytes in {secs:.2f} s "
+        f"({out['bytes'] / secs / 1e6:.1f} MB/s), rc {p.returncode}")
+    return out
+
+
 def leftovers(procs: list, tier: SeaweedFS, hosts: list) -> list:
     """What this run left behind: mounts under bench/work in /proc/mounts, processes."""
     out = []
@@ -335,7 +360,8 @@ def leftovers(procs: list, tier: SeaweedFS, hosts: list) -> list:
 
 def wl_fleet(b: Bench) -> Result:
     args = b.args
-    R.ensure_tools(extra=[("curl", "curl")])  # scripts/seaweedfs talks to weed with curl
+    # scripts/seaweedfs talks to weed with curl; rclone reads the tier as a plain client
+    R.ensure_tools(extra=[("curl", "curl"), ("rclone", "rclone")])
     b.logs.mkdir(parents=True, exist_ok=True)
     env = S3Env(b)
     if env.dir.exists():
@@ -360,6 +386,7 @@ def wl_fleet(b: Bench) -> Result:
     for h, hr in zip(hosts, runs):
         read_on(b, h, env, tier if hr.shared else None, files, total, hr)
     bad = {hr.label: hr.bad for hr in runs if hr.bad}
+    plain = plain_tier_read(tier, total)
 
     # Tear everything down now, so the report can say nothing is left.
     for h in hosts:
@@ -372,4 +399,5 @@ def wl_fleet(b: Bench) -> Result:
         raise BenchError("content mismatch: " + "; ".join(
             f"{k}: {', '.join(v[:5])}{' ...' if len(v) > 5 else ''}" for k, v in bad.items()))
     return fleetreport.result(b, runs, files, total, tier, env, left,
-                              {"seed": SEED, "reader": READER.replace("LISTS/", "")})
+                              {"seed": SEED, "reader": READER.replace("LISTS/", ""),
+                               "plain": plain})

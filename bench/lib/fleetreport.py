@@ -120,6 +120,17 @@ def result(b, runs: list, files: list, total: int, tier, env, left: list, ctx: d
           "| " + " | ".join(HEAD) + " |", "|---|" + "---:|" * (len(HEAD) - 2) + "---|"]
     L += ["| " + " | ".join(row) + " |" for row in host_rows(runs, total)]
     L += [""] + [f"- {n}" for n in notes(runs, total)]
+    pl = ctx.get("plain")
+    if pl and pl["seconds"] > 0:
+        rate = pl["bytes"] / pl["seconds"] / 1e6
+        h2 = {r.name: r for r in runs}
+        share = ", ".join(f"{r.label} {total / r.seconds / 1e6 / rate:.0%}"
+                          for r in (h2.get("host2"), h2.get("host3")) if r and r.seconds)
+        L += [f"- The tier alone, same run: a plain S3 client (`rclone copy`, 8 transfers, into "
+              f"/dev/shm) read the {pl['objects']:,} objects the hosts put there "
+              f"({pl['bytes']:,} bytes) in {pl['seconds']:.2f} s, **{rate:.1f} MB/s** "
+              f"(rc {pl['rc']}): the most a host can read from this cluster on this machine. "
+              f"Reading the dataset through tierfs from the tier reached {share} of it."]
     L += ["", "![plots](PLOT_PNG_PLACEHOLDER)", "", "## How it ran", ""]
     h = {r.name: r for r in runs}
     L += [
