@@ -78,6 +78,11 @@ pub fn given(etag: Option<&str>) -> Option<&str> {
     etag.filter(|e| !e.is_empty())
 }
 
+/// The ETag of `meta` as a handle keeps it ([`given`]).
+pub fn etag_of(meta: &ObjectMeta) -> Option<String> {
+    given(meta.e_tag.as_deref()).map(str::to_owned)
+}
+
 /// The key's hash as an inode number for the store's own `ino` (tierfs numbers inodes itself
 /// on a path-identity store; this only keeps `ino` distinct and non-zero).
 pub fn key_ino(key: &str) -> u64 {

@@ -6,7 +6,7 @@
 //! 1,000 objects of 4-64 KiB were 2 requests each, one after the other, over a 4 ms link.
 //! The HEAD is here too: what the bucket says of one object, below the store (`store`).
 
-use crate::attrs::{key_ino, object_attr};
+use crate::attrs::{etag_of, key_ino, object_attr};
 use crate::ctx::Ctx;
 use bytes::Bytes;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
@@ -24,7 +24,7 @@ impl Ctx {
         let meta = self.run(self.client()?.s3.head(&key))?;
         let mut a = object_attr(&meta, self.owner);
         a.ino = key_ino(rel);
-        Ok((a, meta.e_tag.filter(|e| !e.is_empty())))
+        Ok((a, etag_of(&meta)))
     }
 
     /// The attributes, ETag and first bytes (up to [`OPEN_READ`]) of object `rel`, in one
@@ -48,7 +48,7 @@ impl Ctx {
             Ok((meta, first)) => {
                 let mut a = object_attr(&meta, self.owner);
                 a.ino = key_ino(rel);
-                Ok((a, meta.e_tag.filter(|e| !e.is_empty()), Some(first)))
+                Ok((a, etag_of(&meta), Some(first)))
             }
             Err(Errno::ENOENT) => Err(Errno::ENOENT),
             Err(_) => {
