@@ -127,6 +127,34 @@ fn a_bucket_is_read_by_real_programs_and_served_from_the_cache_after_remount() {
     m.unmount_and_wait();
 }
 
+/// Lets the SSD tier's writer take in what was read or written, remounts `m` on the same
+/// cache dir with the page cache dropped, and runs `read` on the mount point (under the
+/// timeout). Asserts that it opened no object on the store and made no GET; returns what
+/// `read` gave, the counters after it and their deltas over it.
+fn after_remount<T: Send + 'static>(
+    m: &BinMount,
+    server: &S3Server,
+    read: impl FnOnce(std::path::PathBuf) -> T + Send + 'static,
+) -> (T, serde_json::Value, impl Fn(&str) -> u64) {
+    std::thread::sleep(Duration::from_secs(2));
+    m.unmount_and_wait();
+    drop_caches();
+    mount(m, server);
+    let before = stats_of(&m.mnt);
+    let mnt = m.mnt.clone();
+    let got = with_timeout(LIMIT, vec![mnt.clone()], move || read(mnt));
+    let after = stats_of(&m.mnt);
+    let (b, a) = (before, after.clone());
+    let d = move |k: &str| n(&a, k) - n(&b, k);
+    assert_eq!(
+        d("backing.open"),
+        0,
+        "objects opened after the remount: {after}"
+    );
+    assert_eq!(d("backing.read"), 0, "GETs after the remount: {after}");
+    (got, after, d)
+}
+
 /// Objects a file server put behind the gateway (files in its backing directory, no
 /// `user.etag`): versitygw lists them with an empty ETag and HEADs or GETs them with none.
 /// One object, one version, whichever request saw it: read once, remounted, read again with
@@ -147,30 +175,13 @@ fn objects_without_an_etag_are_served_from_the_cache_after_remount_in_one_reques
     std::thread::sleep(Duration::from_millis(2500));
     let m = BinMount::unmounted_in(&std::env::temp_dir());
     mount(&m, &server);
-    let plain = m.mnt.join("plain");
-    let p = plain.clone();
+    let p = m.mnt.join("plain");
     assert_eq!(
         with_timeout(LIMIT, vec![m.mnt.clone()], move || tree_md5(&p)),
         want
     );
-    std::thread::sleep(Duration::from_secs(2));
-    m.unmount_and_wait();
-    drop_caches();
-    mount(&m, &server);
-    let before = stats_of(&m.mnt);
-    let p = plain.clone();
-    assert_eq!(
-        with_timeout(LIMIT, vec![m.mnt.clone()], move || tree_md5(&p)),
-        want
-    );
-    let after = stats_of(&m.mnt);
-    let d = |k: &str| n(&after, k) - n(&before, k);
-    assert_eq!(
-        d("backing.open"),
-        0,
-        "objects opened again after the remount: {after}"
-    );
-    assert_eq!(d("backing.read"), 0, "GETs after the remount: {after}");
+    let (again, after, d) = after_remount(&m, &server, |mnt| tree_md5(&mnt.join("plain")));
+    assert_eq!(again, want);
     let requests = d("backing.lookup") + d("backing.getattr") + d("backing.open");
     assert!(
         requests <= FILES + 3,
@@ -202,17 +213,11 @@ fn files_written_through_the_mount_are_read_from_the_cache_after_remount() {
             std::fs::write(mnt.join(name), data).unwrap();
         }
     });
-    // Let the SSD tier's writer take them in (and the versions age past the racy window).
-    std::thread::sleep(Duration::from_secs(2));
-    m.unmount_and_wait();
-    drop_caches();
-    mount(&m, &server);
-    let before = stats_of(&m.mnt);
-    let mnt = m.mnt.clone();
-    let read: Vec<Vec<u8>> = with_timeout(LIMIT, vec![mnt.clone()], move || {
+    // (The versions age past the racy window meanwhile.)
+    let (read, after, d) = after_remount(&m, &server, |mnt| {
         (0..6)
             .map(|i| std::fs::read(mnt.join(format!("w/f{i}.bin"))).unwrap())
-            .collect()
+            .collect::<Vec<_>>()
     });
     for ((name, want), got) in files.iter().zip(&read) {
         assert!(
@@ -222,14 +227,6 @@ fn files_written_through_the_mount_are_read_from_the_cache_after_remount() {
             want.len()
         );
     }
-    let after = stats_of(&m.mnt);
-    let d = |k: &str| n(&after, k) - n(&before, k);
-    assert_eq!(
-        d("backing.open"),
-        0,
-        "objects opened after the remount: {after}"
-    );
-    assert_eq!(d("backing.read"), 0, "GETs after the remount: {after}");
     assert!(d("ssd.hits") > 0, "{after}");
     m.unmount_and_wait();
 }
