@@ -275,6 +275,17 @@ fn the_fleet_reads_the_origin_once_and_the_other_hosts_read_the_tier() {
             0,
             "host {i} read the origin: {s}"
         );
+        // An open is a check of the origin, not an open of the file there (over S3 that
+        // would GET the object's first MiB, which the tier-served reads never use).
+        assert_eq!(
+            n(&s, "backing.open"),
+            0,
+            "host {i} opened files at the origin: {s}"
+        );
+        assert!(
+            n(&s, "backing.getattr") + n(&s, "backing.lookup") <= 2 * files.len() as u64 + 4,
+            "host {i}: more than a check per open: {s}"
+        );
         assert_eq!(n(&s, "shared.hits"), chunks, "host {i}: {s}");
         assert_eq!(n(&s, "shared.hit_bytes"), total, "host {i}: {s}");
         assert_eq!(

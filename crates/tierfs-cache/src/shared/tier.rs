@@ -113,6 +113,37 @@ struct Inner {
     /// Chunks the queue could not take, uploaded from `source` once it is empty.
     later: Mutex<std::collections::VecDeque<(ChunkName, Instant)>>,
     source: std::sync::OnceLock<Arc<dyn ChunkSource>>,
+    /// Chunks just found missing or damaged, and when (see [`ABSENT_FOR`]).
+    absent: Mutex<std::collections::HashMap<ChunkName, Instant>>,
+}
+
+/// How long a chunk the tier did not have (or had damaged) is taken as absent without asking
+/// again: an open asks for a file's first chunk before deciding whether to open it at the
+/// origin (`tierfs_fs`'s `start_from_shared`), and its first read would ask again a moment
+/// later. Short: another host may put it meanwhile, and missing it costs one origin read.
+const ABSENT_FOR: Duration = Duration::from_secs(2);
+/// The most chunks remembered absent (a bound on memory; the oldest go first).
+const ABSENT_MAX: usize = 4096;
+
+impl Inner {
+    /// Whether `name` was found absent or damaged within [`ABSENT_FOR`].
+    fn known_absent(&self, name: &ChunkName) -> bool {
+        self.absent
+            .lock()
+            .get(name)
+            .is_some_and(|t| t.elapsed() < ABSENT_FOR)
+    }
+
+    fn note_absent(&self, name: ChunkName) {
+        let mut a = self.absent.lock();
+        if a.len() >= ABSENT_MAX {
+            a.retain(|_, t| t.elapsed() < ABSENT_FOR);
+            if a.len() >= ABSENT_MAX {
+                a.clear();
+            }
+        }
+        a.insert(name, Instant::now());
+    }
 }
 
 /// The shared tier as the data path uses it (see the module documentation).
@@ -130,6 +161,7 @@ impl SharedCache {
             down_until: Mutex::new(None),
             later: Mutex::new(Default::default()),
             source: std::sync::OnceLock::new(),
+            absent: Mutex::new(Default::default()),
             cfg,
         });
         let pacer = Arc::new(Mutex::new(Instant::now()));
@@ -196,15 +228,23 @@ impl SharedCache {
             st.skipped.fetch_add(names.len() as u64, Relaxed);
             return vec![None; names.len()];
         }
-        st.gets.fetch_add(names.len() as u64, Relaxed);
+        // Chunks found absent a moment ago are not asked for again (see `ABSENT_FOR`); they
+        // count nowhere now (they were counted when found absent).
+        let ask: Vec<usize> = (0..names.len())
+            .filter(|&i| !self.inner.known_absent(&names[i]))
+            .collect();
+        let mut out = vec![None; names.len()];
+        if ask.is_empty() {
+            return out;
+        }
+        st.gets.fetch_add(ask.len() as u64, Relaxed);
         let prefix = &self.inner.cfg.prefix;
-        let keys: Vec<String> = names.iter().map(|n| n.key(prefix)).collect();
+        let keys: Vec<String> = ask.iter().map(|&i| names[i].key(prefix)).collect();
         let got = self.inner.store.get_many(&keys);
         let mut failed = None;
-        let out = names
-            .iter()
-            .zip(got)
-            .map(|(n, r)| match r {
+        for (&i, r) in ask.iter().zip(got) {
+            let n = &names[i];
+            out[i] = match r {
                 Ok(Some(obj)) => {
                     let (s, e) = n.range();
                     match format::decode(n, &obj) {
@@ -220,12 +260,14 @@ impl SharedCache {
                                 n.key(prefix),
                                 other.err().unwrap_or(format::Invalid::Checksum)
                             );
+                            self.inner.note_absent(*n);
                             None
                         }
                     }
                 }
                 Ok(None) => {
                     st.misses.fetch_add(1, Relaxed);
+                    self.inner.note_absent(*n);
                     None
                 }
                 Err(e) => {
@@ -233,8 +275,8 @@ impl SharedCache {
                     failed = Some(e);
                     None
                 }
-            })
-            .collect();
+            };
+        }
         match failed {
             Some(e) => self.inner.failed(&e),
             None => self.inner.answered(),
@@ -246,6 +288,7 @@ impl SharedCache {
     /// the queue has room and the tier is up; never waits.
     pub fn offer(&self, name: ChunkName, data: Bytes) {
         let st = &self.inner.stats;
+        self.inner.absent.lock().remove(&name);
         let len = data.len() as u64;
         let queued = st.queued_bytes.load(Relaxed);
         if !self.inner.usable() {

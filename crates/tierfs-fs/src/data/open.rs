@@ -111,7 +111,7 @@ impl<S: Store> Objects<S> {
         if read_only(flags)
             && !st.unverified()
             && !st.has_dirty.load(Relaxed)
-            && self.has_cached_data(&st)
+            && (self.has_cached_data(&st) || self.start_from_shared(&st))
         {
             if let Some(a) = self.ns.checks.recent(pid, i.id()) {
                 FsStats::add(&self.sh.stats.cto_shared, 1);
