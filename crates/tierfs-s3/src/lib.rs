@@ -22,6 +22,7 @@ mod staging;
 mod store;
 mod store_calls;
 mod store_io;
+mod stream;
 mod upload;
 
 pub use bucket::ObjectBucket;

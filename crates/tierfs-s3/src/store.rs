@@ -39,6 +39,8 @@ pub struct S3Handle {
     pub(crate) since: u64,
     /// The object's first bytes, fetched by the open (see `first`).
     pub(crate) first: Option<bytes::Bytes>,
+    /// A sequential reader's GET (see `stream`).
+    pub(crate) stream: crate::stream::Streaming,
     pub(crate) ctx: Arc<Ctx>,
 }
 

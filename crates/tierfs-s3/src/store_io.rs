@@ -6,6 +6,8 @@
 use crate::attrs::key_ino;
 use crate::staging::{Base, Staging};
 use crate::store::{S3Handle, S3Node, S3Store};
+use crate::stream::{Stream, SPAN};
+use futures::StreamExt;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use std::sync::Arc;
 use tierfs_store::{Attr, Errno, FileKind, Fingerprint, Result};
@@ -111,6 +113,7 @@ impl S3Store {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0,
             since,
             first: None,
+            stream: Default::default(),
             ctx: self.ctx.clone(),
         }
     }
@@ -202,16 +205,24 @@ impl S3Store {
                 return Ok(b.clone());
             }
         }
+        let at = offset;
         let offset = offset + first.as_ref().map_or(0, |b| b.len() as u64);
         let key = self.key(&h.rel)?;
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(offset..end)),
-            // The version the handle was opened at, or ESTALE (Precondition).
-            if_match: etag,
-            ..Default::default()
+        let _in = h.stream.enter();
+        let streamed = self.streamed(h, &key, etag.as_ref(), at, offset, end, size);
+        let mut bytes = match streamed {
+            Some(b) => b,
+            None => {
+                let opts = GetOptions {
+                    range: Some(GetRange::Bounded(offset..end)),
+                    // The version the handle was opened at, or ESTALE (Precondition).
+                    if_match: etag,
+                    ..Default::default()
+                };
+                let c = self.client()?;
+                self.run(async { c.s3.get_opts(&key, opts).await?.bytes().await })?
+            }
         };
-        let c = self.client()?;
-        let mut bytes = self.run(async { c.s3.get_opts(&key, opts).await?.bytes().await })?;
         if (bytes.len() as u64) < end - offset {
             // The object is shorter than the version we opened said: it changed.
             return Err(Errno::ESTALE);
@@ -224,7 +235,59 @@ impl S3Store {
             bytes = all.freeze();
         }
         bytes.truncate(len);
+        h.stream.read_to(at + bytes.len() as u64);
         Ok(bytes)
+    }
+
+    /// Bytes `offset..end` of version `etag` from the handle's stream (see `stream`): the one
+    /// standing at `offset`, or a new one if the read (asked at `at`, before the open's
+    /// first bytes were taken off) continues the handle's last and the object goes on past
+    /// it. None where a ranged GET must serve the read.
+    #[allow(clippy::too_many_arguments)]
+    fn streamed(
+        &self,
+        h: &S3Handle,
+        key: &object_store::path::Path,
+        etag: Option<&String>,
+        at: u64,
+        offset: u64,
+        end: u64,
+        size: u64,
+    ) -> Option<bytes::Bytes> {
+        let mut cur = h.stream.try_lock()?;
+        let stands_here = cur
+            .as_ref()
+            .is_some_and(|s| s.pos == offset && s.end >= end && s.etag.as_ref() == etag);
+        if !stands_here {
+            if !h.stream.serial() {
+                // Reads in parallel would take turns ending each other's stream.
+                *cur = None;
+                return None;
+            }
+            if !h.stream.continues(at) || end >= size {
+                return None;
+            }
+            let to = size.min(offset + SPAN).max(end);
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(offset..to)),
+                // (As a ranged GET: the handle's version, or none where the server gave none.)
+                if_match: etag.cloned(),
+                ..Default::default()
+            };
+            let c = self.client().ok()?;
+            let body = self
+                .run(async { Ok(c.s3.get_opts(key, opts).await?.into_stream()) })
+                .ok()?;
+            tracing::debug!("S3 {}: a stream of {offset}..{to}", h.rel);
+            *cur = Some(Stream::new(etag.cloned(), offset, to, body));
+        }
+        let s = cur.as_mut()?;
+        let rt = &self.client().ok()?.rt;
+        let got = s.take((end - offset) as usize, |b| rt.block_on(b.next()));
+        if got.is_none() || s.pos >= s.end {
+            *cur = None;
+        }
+        got
     }
 
     pub(crate) fn write_handle(&self, h: &S3Handle, offset: u64, data: &[u8]) -> Result<u64> {

@@ -351,3 +351,80 @@ fn a_reader_keeps_no_old_name_or_old_version_alive() {
     assert_eq!(all(&r).unwrap(), b"new");
     assert_eq!(store.fstat(&r).unwrap().size, 3);
 }
+
+/// Waits until the server's access log holds everything it answered before this call (a GET
+/// of a sentinel object, once logged, comes after them).
+fn log_settled(server: &S3Server, put: &Putter) {
+    put.put("pre/.sentinel", b"s");
+    let n = server.requests("s3_GetObject", "pre/.sentinel");
+    put.get("pre/.sentinel");
+    let t = std::time::Instant::now();
+    while server.requests("s3_GetObject", "pre/.sentinel") <= n {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "the access log did not show the sentinel"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A handle read in order takes its reads from one GET of the rest of the object (see
+/// `stream`), not a GET per read: the open's GET (the first MiB), one stream, and a ranged
+/// GET for a read elsewhere, which does not end the stream. Every byte is the object's.
+/// Replaced by another writer mid-stream, a handle reads its own version or ESTALE, never
+/// bytes of the new one.
+#[test]
+fn a_handle_read_in_order_streams_one_get() {
+    let server = S3Server::start(&["data"]);
+    let put = Putter::new(&server, "data");
+    let size = (20 << 20) + 12_345;
+    let data = bytes(7, size);
+    put.put("pre/f", &data);
+    let (store, _local, _root, f) = store_with_f(&server);
+    let step = 4 << 20;
+
+    let h = store.open(&f, libc::O_RDONLY).unwrap();
+    let mut got = Vec::new();
+    while got.len() < size {
+        if got.len() == 8 << 20 {
+            let b = store.read_bytes(&h, 2 << 20, 4096).unwrap();
+            assert!(
+                b[..] == data[2 << 20..(2 << 20) + 4096],
+                "the read elsewhere"
+            );
+        }
+        let b = store.read_bytes(&h, got.len() as u64, step).unwrap();
+        assert!(!b.is_empty(), "short at {}", got.len());
+        got.extend_from_slice(&b);
+    }
+    assert!(got == data, "the bytes read in order are the object's");
+    log_settled(&server, &put);
+    assert_eq!(
+        server.requests("s3_GetObject", "pre/f"),
+        3,
+        "the open's GET, one stream, the read elsewhere"
+    );
+    drop(h);
+
+    let h = store.open(&f, libc::O_RDONLY).unwrap();
+    let first = store.read_bytes(&h, 0, step).unwrap();
+    assert!(first[..] == data[..step]);
+    let new = bytes(8, size);
+    put.put("pre/f", &new);
+    let mut at = step;
+    while at < size {
+        match store.read_bytes(&h, at as u64, step) {
+            Ok(b) => {
+                assert!(
+                    b[..] == data[at..at + b.len()],
+                    "bytes not of the handle's version at {at}"
+                );
+                at += b.len();
+            }
+            Err(e) => {
+                assert_eq!(e, Errno::ESTALE);
+                break;
+            }
+        }
+    }
+}

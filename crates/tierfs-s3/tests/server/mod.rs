@@ -16,6 +16,8 @@ pub struct S3Server {
     pub dir: tempfile::TempDir,
     pub endpoint: String,
     port: u16,
+    /// Where the server logs every request it answers (see [`S3Server::requests`]).
+    log: tempfile::TempDir,
 }
 
 fn script() -> PathBuf {
@@ -42,10 +44,11 @@ fn install() {
 }
 
 /// Starts the server on `port` and waits until it listens.
-fn spawn(dir: &Path, port: u16) -> Child {
+fn spawn(dir: &Path, port: u16, log: &Path) -> Child {
     let child = Command::new(script())
         .arg(dir)
         .arg(port.to_string())
+        .env("S3_SERVER_ACCESS_LOG", log.join("access.log"))
         .env("AWS_ACCESS_KEY_ID", ACCESS)
         .env("AWS_SECRET_ACCESS_KEY", SECRET)
         .stdin(Stdio::null())
@@ -75,13 +78,28 @@ impl S3Server {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let child = spawn(dir.path(), port);
+        let log = tempfile::tempdir().unwrap();
+        let child = spawn(dir.path(), port, log.path());
         S3Server {
             child,
             dir,
             endpoint: format!("http://127.0.0.1:{port}"),
             port,
+            log,
         }
+    }
+
+    /// How many requests of kind `op` (as the access log names them: `s3_GetObject`,
+    /// `s3_HeadObject`, ...) the server answered for key `key` (bucket excluded) so far.
+    #[allow(dead_code)]
+    pub fn requests(&self, op: &str, key: &str) -> usize {
+        let log = std::fs::read_to_string(self.log.path().join("access.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| {
+                let mut w = l.split(' ').skip_while(|w| *w != op);
+                w.next().is_some() && w.next() == Some(key)
+            })
+            .count()
     }
 
     /// The server goes away: nothing listens on its port.
@@ -94,7 +112,7 @@ impl S3Server {
     /// Back on the same port, serving the same directory.
     #[allow(dead_code)]
     pub fn restart(&mut self) {
-        self.child = spawn(self.dir.path(), self.port);
+        self.child = spawn(self.dir.path(), self.port, self.log.path());
     }
 
     /// SIGSTOP (`hang`) or SIGCONT: a server that accepts connections and never answers.
