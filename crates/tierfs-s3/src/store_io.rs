@@ -202,6 +202,7 @@ impl S3Store {
         };
         if let Some(b) = &first {
             if b.len() as u64 == end - offset {
+                h.stream.read_to(end);
                 return Ok(b.clone());
             }
         }
@@ -209,7 +210,7 @@ impl S3Store {
         let offset = offset + first.as_ref().map_or(0, |b| b.len() as u64);
         let key = self.key(&h.rel)?;
         let _in = h.stream.enter();
-        let streamed = self.streamed(h, &key, etag.as_ref(), at, offset, end, size);
+        let streamed = self.streamed(h, &key, etag.as_ref(), at, offset, end, size)?;
         let mut bytes = match streamed {
             Some(b) => b,
             None => {
@@ -241,8 +242,10 @@ impl S3Store {
 
     /// Bytes `offset..end` of version `etag` from the handle's stream (see `stream`): the one
     /// standing at `offset`, or a new one if the read (asked at `at`, before the open's
-    /// first bytes were taken off) continues the handle's last and the object goes on past
-    /// it. None where a ranged GET must serve the read.
+    /// first bytes were taken off) continues the handle's last, not its first (a file read at
+    /// its start only, as `file` or `head` do, gets no stream), and the object goes on past
+    /// it. None where a ranged GET must serve the read; a stream that could not be started
+    /// (after the client's retries) is the read's error: a ranged GET would wait as long again.
     #[allow(clippy::too_many_arguments)]
     fn streamed(
         &self,
@@ -253,8 +256,10 @@ impl S3Store {
         offset: u64,
         end: u64,
         size: u64,
-    ) -> Option<bytes::Bytes> {
-        let mut cur = h.stream.try_lock()?;
+    ) -> Result<Option<bytes::Bytes>> {
+        let Some(mut cur) = h.stream.try_lock() else {
+            return Ok(None);
+        };
         let stands_here = cur
             .as_ref()
             .is_some_and(|s| s.pos == offset && s.end >= end && s.etag.as_ref() == etag);
@@ -262,10 +267,10 @@ impl S3Store {
             if !h.stream.serial() {
                 // Reads in parallel would take turns ending each other's stream.
                 *cur = None;
-                return None;
+                return Ok(None);
             }
-            if !h.stream.continues(at) || end >= size {
-                return None;
+            if at == 0 || !h.stream.continues(at) || end >= size {
+                return Ok(None);
             }
             let to = size.min(offset + SPAN).max(end);
             let opts = GetOptions {
@@ -274,20 +279,22 @@ impl S3Store {
                 if_match: etag.cloned(),
                 ..Default::default()
             };
-            let c = self.client().ok()?;
-            let body = self
-                .run(async { Ok(c.s3.get_opts(key, opts).await?.into_stream()) })
-                .ok()?;
+            let c = self.client()?;
+            let body = self.run(async { Ok(c.s3.get_opts(key, opts).await?.into_stream()) })?;
             tracing::debug!("S3 {}: a stream of {offset}..{to}", h.rel);
             *cur = Some(Stream::new(etag.cloned(), offset, to, body));
         }
-        let s = cur.as_mut()?;
-        let rt = &self.client().ok()?.rt;
+        let Some(s) = cur.as_mut() else {
+            return Ok(None);
+        };
+        let rt = &self.client()?.rt;
+        // A body that fails or ends early (a connection reset mid-way) leaves the read to a
+        // ranged GET.
         let got = s.take((end - offset) as usize, |b| rt.block_on(b.next()));
         if got.is_none() || s.pos >= s.end {
             *cur = None;
         }
-        got
+        Ok(got)
     }
 
     pub(crate) fn write_handle(&self, h: &S3Handle, offset: u64, data: &[u8]) -> Result<u64> {

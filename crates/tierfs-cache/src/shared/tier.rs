@@ -121,7 +121,7 @@ struct Inner {
 /// again: an open asks for a file's first chunk before deciding whether to open it at the
 /// origin (`tierfs_fs`'s `start_from_shared`), and its first read would ask again a moment
 /// later. Short: another host may put it meanwhile, and missing it costs one origin read.
-const ABSENT_FOR: Duration = Duration::from_secs(2);
+const ABSENT_FOR: Duration = Duration::from_secs(5);
 /// The most chunks remembered absent (a bound on memory; the oldest go first).
 const ABSENT_MAX: usize = 4096;
 

@@ -15,6 +15,7 @@ use crate::meta_codec::version_of;
 use crate::stats::FsStats;
 use crate::version::{racy, Version};
 use bytes::Bytes;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tierfs_cache::{
     BlockKey, ChunkName, ChunkSource, Claim, FlightGuard, SharedCache, SsdCache, SsdKey, Waiter,
@@ -61,16 +62,30 @@ impl<S: Store> Objects<S> {
         if data.len() as u64 != end - start {
             return false;
         }
+        // As a read's fetch does: under the file's lock, and only if the version is still
+        // the one asked for. Our own write (another descriptor's) that landed during the GET
+        // patched the cached blocks of this generation and moved the fingerprint; the chunk,
+        // of the version before it, must not replace those blocks.
+        let _r = st.rw.read();
+        let now = st.version();
+        if now.gen != v.gen || now.fp != v.fp || st.has_dirty.load(Relaxed) {
+            return false;
+        }
         let bs = self.sh.cfg.block_size;
         let (dev, ino) = st.id();
         FsStats::add(&self.sh.stats.shared_blocks, self.blocks_in(&data));
         for (i, b) in data.chunks(bs as usize).enumerate() {
-            let idx = start / bs + i as u64;
+            let key = BlockKey {
+                gen: v.gen,
+                idx: start / bs + i as u64,
+            };
+            if self.sh.cache.peek(&key).is_some() {
+                continue;
+            }
+            let idx = key.idx;
             // One allocation per block, so evicting one block frees its memory.
             let block = Bytes::copy_from_slice(b);
-            self.sh
-                .cache
-                .insert(BlockKey { gen: v.gen, idx }, block.clone());
+            self.sh.cache.insert(key, block.clone());
             if let Some(ssd) = &self.sh.ssd {
                 let key = SsdKey {
                     kind: KIND_DATA,
