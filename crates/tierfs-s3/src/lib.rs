@@ -10,6 +10,7 @@
 //! object is its ETag, carried in the attributes' ctime (see [`attrs`]). docs/s3.md states what
 //! of POSIX is and is not kept.
 
+mod ahead;
 mod attrs;
 mod bucket;
 mod config;

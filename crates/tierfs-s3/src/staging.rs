@@ -49,6 +49,30 @@ pub(crate) struct State {
     /// not report it to the application (a setattr: the kernel sends the times of a file it
     /// caches writes for as one, and ignores its answer): the next fsync or close does.
     pub unreported: Option<Errno>,
+    /// Per part of [`Staging::part_size`]: how many changes touched it, so that a part
+    /// uploaded ahead (see `ahead`) is used only if nothing touched it since it was read.
+    pub part_changes: Vec<u64>,
+}
+
+impl State {
+    /// Counts a change to bytes `from..to` (`to`: None, to the end) of parts of `part` bytes.
+    fn touch(&mut self, part: u64, from: u64, to: Option<u64>) {
+        let first = (from / part) as usize;
+        let last = match to {
+            Some(t) => ((t.max(from + 1) - 1) / part) as usize,
+            None => (self.size.max(from) / part).max(self.part_changes.len() as u64) as usize,
+        };
+        if self.part_changes.len() <= last {
+            self.part_changes.resize(last + 1, 0);
+        }
+        let end = match to {
+            Some(_) => last + 1,
+            None => self.part_changes.len(),
+        };
+        for c in &mut self.part_changes[first..end] {
+            *c += 1;
+        }
+    }
 }
 
 pub(crate) struct Staging {
@@ -57,10 +81,20 @@ pub(crate) struct Staging {
     pub st: Mutex<State>,
     /// One upload at a time.
     pub uploading: Mutex<()>,
+    /// The part size of its multipart uploads (`s3.part_size` when it was made).
+    pub part_size: u64,
+    /// Parts uploaded while it is still being written (see `ahead`).
+    pub ahead: Mutex<crate::ahead::Ahead>,
 }
 
 impl Staging {
-    pub fn new(dir: &Path, rel: Arc<str>, base: Base, remote: Attr) -> Result<Staging> {
+    pub fn new(
+        dir: &Path,
+        rel: Arc<str>,
+        base: Base,
+        remote: Attr,
+        part_size: u64,
+    ) -> Result<Staging> {
         let file = tempfile::tempfile_in(dir).map_err(|e| {
             tracing::error!("S3 staging in {}: {e}", dir.display());
             Errno(e.raw_os_error().unwrap_or(libc::EIO))
@@ -76,10 +110,13 @@ impl Staging {
                 changes: 0,
                 unlinked: false,
                 unreported: None,
+                part_changes: Vec::new(),
                 base,
                 remote,
             }),
             uploading: Mutex::new(()),
+            part_size: part_size.max(1),
+            ahead: Mutex::new(Default::default()),
         })
     }
 
@@ -131,6 +168,7 @@ impl Staging {
         let n = fetch(&self.file, &mut g.base)?;
         g.size = n;
         g.loaded = true;
+        g.touch(self.part_size, 0, None);
         Ok(())
     }
 
@@ -139,6 +177,7 @@ impl Staging {
         debug_assert!(g.loaded);
         self.file.write_all_at(data, offset).map_err(io_errno)?;
         g.size = g.size.max(offset + data.len() as u64);
+        g.touch(self.part_size, offset, Some(offset + data.len() as u64));
         changed(&mut g);
         Ok(())
     }
@@ -151,8 +190,10 @@ impl Staging {
             return Ok(());
         }
         self.file.set_len(size).map_err(io_errno)?;
+        let from = g.size.min(size);
         g.size = size;
         g.loaded = true;
+        g.touch(self.part_size, from, None);
         changed(&mut g);
         Ok(())
     }

@@ -55,7 +55,8 @@ impl S3Store {
         };
         tracing::debug!("S3 new staging of {rel}: {base:?}, {} bytes", attr.size);
         let dir = self.staging_dir.lock().clone();
-        let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr)?);
+        let part = self.upload.lock().part_size;
+        let s = Arc::new(Staging::new(&dir, rel.clone(), base, attr, part)?);
         let mut reg = self.staged.lock();
         if let Some(other) = reg.get(rel).and_then(std::sync::Weak::upgrade) {
             // Made by another open meanwhile; or the one found outdated above, written to or
@@ -306,6 +307,8 @@ impl S3Store {
         self.load(s)?;
         let at = if h.append { s.st.lock().size } else { offset };
         s.write_at(at, data)?;
+        // A large object's parts go up while it is still written (see `ahead`).
+        self.ctx.upload_ahead(s, at + data.len() as u64);
         Ok(at)
     }
 

@@ -26,7 +26,14 @@ impl Ctx {
     /// staging shows the object's new attributes (and its ETag is the base of what follows).
     pub(crate) fn upload(&self, s: &Staging) -> Result<()> {
         let _one = s.uploading.lock();
-        let (base, size, changes) = {
+        // The parts uploaded ahead (see `ahead`), those in flight waited for.
+        let ahead = self.take_ahead(s);
+        let abort = |id: &Option<String>| {
+            if let Some(id) = id {
+                self.abort_ahead(&s.rel, id);
+            }
+        };
+        let (base, size, changes, part_changes) = {
             let g = s.st.lock();
             if !g.dirty || g.unlinked {
                 tracing::debug!(
@@ -35,23 +42,45 @@ impl Ctx {
                     g.dirty,
                     g.unlinked
                 );
+                drop(g);
+                abort(&ahead.id);
                 return Ok(());
             }
-            (g.base.clone(), g.size, g.changes)
+            (g.base.clone(), g.size, g.changes, g.part_changes.clone())
         };
         let cond = match &base {
             Base::Absent => ("if-none-match", "*".to_string()),
             Base::Etag(e) => ("if-match", e.clone()),
-            Base::Conflict(why) => return Err(self.keep_lost(s, why)),
+            Base::Conflict(why) => {
+                abort(&ahead.id);
+                return Err(self.keep_lost(s, why));
+            }
         };
         let key = self.full_key(&s.rel);
         let c = self.client()?;
         let up = *self.upload.lock();
+        // Parts uploaded ahead count where they are of this part size and nothing touched
+        // them since they were read.
+        let reuse = match ahead.id {
+            Some(id) if size > up.part_size && up.part_size == s.part_size => {
+                let done = ahead
+                    .done
+                    .into_iter()
+                    .filter(|(k, (_, n))| part_changes.get(*k as usize) == Some(n))
+                    .map(|(k, (etag, _))| (k, etag))
+                    .collect();
+                Some((id, done))
+            }
+            id => {
+                abort(&id);
+                None
+            }
+        };
         let r = c.rt.block_on(async {
             if size <= up.part_size {
                 put_whole(c, &key, s, size, (cond.0, &cond.1)).await
             } else {
-                put_parts(c, &key, s, size, (cond.0, &cond.1), up).await
+                put_parts(c, &key, s, size, (cond.0, &cond.1), up, reuse).await
             }
         });
         // No answer to a conditional upload: the server may have refused it (412) and closed
@@ -314,13 +343,13 @@ fn unquote(e: &str) -> &str {
     e.trim_matches('"')
 }
 
-fn read_range(s: &Staging, at: u64, len: u64) -> Result<Bytes> {
+pub(crate) fn read_range(s: &Staging, at: u64, len: u64) -> Result<Bytes> {
     let mut buf = vec![0u8; len as usize];
     s.file.read_exact_at(&mut buf, at).map_err(io_errno)?;
     Ok(Bytes::from(buf))
 }
 
-fn etag_of(a: &Answer) -> Result<String> {
+pub(crate) fn etag_of(a: &Answer) -> Result<String> {
     a.headers
         .get("etag")
         .and_then(|v| v.to_str().ok())
@@ -333,7 +362,7 @@ fn etag_of(a: &Answer) -> Result<String> {
 
 /// A failed answer's errno; a 2xx that carries an `<Error>` (CompleteMultipartUpload may) is
 /// a failure too.
-fn check(a: &Answer, what: &str) -> Result<()> {
+pub(crate) fn check(a: &Answer, what: &str) -> Result<()> {
     let error_body = a.body.windows(7).any(|w| w == b"<Error>");
     if a.status.is_success() && !error_body {
         return Ok(());
@@ -371,20 +400,31 @@ async fn put_parts(
     size: u64,
     cond: (&str, &str),
     up: UploadConfig,
+    ahead: Option<(String, std::collections::HashMap<u64, String>)>,
 ) -> Result<String> {
-    let a = c
-        .raw
-        .send(Method::POST, key, "uploads=", &[], Bytes::new())
-        .await?;
-    check(&a, "CreateMultipartUpload")?;
-    let id = a.xml("UploadId").ok_or(Errno::EIO)?;
+    // The multipart upload parts went to ahead, with the parts still good, or a new one.
+    let (id, mut done) = match ahead {
+        Some((id, done)) => (id, done),
+        None => {
+            let a = c
+                .raw
+                .send(Method::POST, key, "uploads=", &[], Bytes::new())
+                .await?;
+            check(&a, "CreateMultipartUpload")?;
+            (a.xml("UploadId").ok_or(Errno::EIO)?, Default::default())
+        }
+    };
     let qid = crate::raw::encode(&id).replace('/', "%2F");
     let r = async {
         let n = size.div_ceil(up.part_size);
         let mut parts: Vec<(u64, String)> = futures::stream::iter(0..n)
             .map(|i| {
                 let qid = &qid;
+                let ahead = done.remove(&i);
                 async move {
+                    if let Some(etag) = ahead {
+                        return Ok::<_, Errno>((i + 1, etag));
+                    }
                     let at = i * up.part_size;
                     let body = read_range(s, at, up.part_size.min(size - at))?;
                     let q = format!("partNumber={}&uploadId={qid}", i + 1);

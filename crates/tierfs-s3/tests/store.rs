@@ -430,3 +430,79 @@ fn a_handle_read_in_order_streams_one_get() {
         }
     }
 }
+
+/// Waits until the server has answered at least `n` UploadPart requests for `key`; their
+/// count then.
+fn parts_up(server: &S3Server, key: &str, n: usize) -> usize {
+    let t = std::time::Instant::now();
+    loop {
+        let got = server.requests("s3_UploadPart", key);
+        if got >= n || t.elapsed().as_secs() >= 20 {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A large object's parts go to the bucket while it is still written (see `ahead`): once the
+/// writer is past a part, not at fsync. A part rewritten after it went up is uploaded again;
+/// one a truncate cut is not used; a file that ends small enough for one PUT aborts the
+/// multipart upload. The bucket holds exactly what was written each time.
+#[test]
+fn a_large_object_s_parts_go_up_while_it_is_written() {
+    let server = S3Server::start(&["data"]);
+    let put = Putter::new(&server, "data");
+    put.put("pre/f", b"old");
+    let (store, _local, _root, f) = store_with_f(&server);
+    let mib = 1 << 20;
+    store.set_upload(5 * mib as u64, 4);
+
+    // 23 MiB and a bit, in 1 MiB writes: parts 0-3 (0-20 MiB) lie wholly below the last
+    // byte written and go up before the fsync.
+    let mut want = bytes(9, 23 * mib + 777);
+    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
+    for (i, piece) in want.chunks(mib).enumerate() {
+        store.write(&w, (i * mib) as u64, piece).unwrap();
+    }
+    assert_eq!(
+        parts_up(&server, "pre/f", 4),
+        4,
+        "parts 0-3 up before the fsync"
+    );
+    // Part 0 again, after it went up.
+    store.write(&w, 100, b"REWRITTEN").unwrap();
+    want[100..109].copy_from_slice(b"REWRITTEN");
+    store.fsync(&w, false).unwrap();
+    assert!(put.get("pre/f") == want, "the object is what was written");
+    log_settled(&server, &put);
+    assert_eq!(
+        server.requests("s3_UploadPart", "pre/f"),
+        6,
+        "4 ahead, then part 0 (rewritten) and part 4 (the last) at fsync"
+    );
+    drop(w);
+
+    // Grown past two parts, then cut to 3 MiB: one PUT, the multipart upload aborted.
+    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
+    let big = bytes(10, 12 * mib);
+    for (i, piece) in big.chunks(mib).enumerate() {
+        store.write(&w, (i * mib) as u64, piece).unwrap();
+    }
+    assert_eq!(parts_up(&server, "pre/f", 8), 8, "parts 0-1 up");
+    let set = tierfs_store::SetAttr {
+        size: Some(3 * mib as u64),
+        ..Default::default()
+    };
+    store.setattr(&f, Some(&w), &set).unwrap();
+    store.fsync(&w, false).unwrap();
+    assert!(
+        put.get("pre/f") == big[..3 * mib],
+        "the object is the cut one"
+    );
+    log_settled(&server, &put);
+    assert_eq!(
+        server.requests("s3_AbortMultipartUpload", "pre/f"),
+        1,
+        "the parts of the longer file are not kept"
+    );
+}
