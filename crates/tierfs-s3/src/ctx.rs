@@ -121,6 +121,8 @@ pub struct Ctx {
     pub(crate) staged: Mutex<HashMap<Arc<str>, Weak<Staging>>>,
     /// Which versions our own uploads replaced, so read handles follow them.
     pub(crate) ours: Lineage,
+    /// Parts being uploaded ahead (see `ahead`), for the whole mount.
+    pub(crate) ahead_inflight: std::sync::atomic::AtomicUsize,
 }
 
 impl Ctx {
@@ -136,6 +138,7 @@ impl Ctx {
             lost_dir: Mutex::new(tmp.join("tierfs-lost")),
             staged: Mutex::new(HashMap::new()),
             ours: Lineage::default(),
+            ahead_inflight: Default::default(),
             cfg,
         }
     }

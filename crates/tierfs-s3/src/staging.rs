@@ -175,9 +175,12 @@ impl Staging {
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         let mut g = self.st.lock();
         debug_assert!(g.loaded);
-        self.file.write_all_at(data, offset).map_err(io_errno)?;
-        g.size = g.size.max(offset + data.len() as u64);
+        let written = self.file.write_all_at(data, offset);
+        // Counted for the parts even if it failed part-way: some bytes may have changed, and
+        // a part uploaded ahead of them must not be used (see `ahead`).
         g.touch(self.part_size, offset, Some(offset + data.len() as u64));
+        written.map_err(io_errno)?;
+        g.size = g.size.max(offset + data.len() as u64);
         changed(&mut g);
         Ok(())
     }

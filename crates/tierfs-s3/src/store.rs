@@ -76,6 +76,9 @@ impl Drop for S3Handle {
                 break;
             }
         }
+        // Nothing more will be uploaded from it: parts sent ahead that no upload took are
+        // aborted (an upload that failed, a name unlinked meanwhile).
+        self.ctx.forget_ahead(&s);
         drop(s);
         let mut reg = self.ctx.staged.lock();
         if reg.get(&self.rel).is_some_and(|w| w.strong_count() == 0) {
@@ -178,6 +181,7 @@ impl S3Store {
         let gone = self.staged.lock().remove(rel);
         if let Some(s) = gone.and_then(|w| w.upgrade()) {
             s.st.lock().unlinked = true;
+            self.ctx.forget_ahead(&s);
         }
     }
 

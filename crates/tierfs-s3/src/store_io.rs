@@ -308,7 +308,7 @@ impl S3Store {
         let at = if h.append { s.st.lock().size } else { offset };
         s.write_at(at, data)?;
         // A large object's parts go up while it is still written (see `ahead`).
-        self.ctx.upload_ahead(s, at + data.len() as u64);
+        self.ctx.upload_ahead(s, at, at + data.len() as u64);
         Ok(at)
     }
 

@@ -57,7 +57,13 @@ impl Ctx {
             }
         };
         let key = self.full_key(&s.rel);
-        let c = self.client()?;
+        let c = match self.client() {
+            Ok(c) => c,
+            Err(e) => {
+                abort(&ahead.id);
+                return Err(e);
+            }
+        };
         let up = *self.upload.lock();
         // Parts uploaded ahead count where they are of this part size and nothing touched
         // them since they were read.

@@ -447,13 +447,14 @@ fn parts_up(server: &S3Server, key: &str, n: usize) -> usize {
 /// A large object's parts go to the bucket while it is still written (see `ahead`): once the
 /// writer is past a part, not at fsync. A part rewritten after it went up is uploaded again;
 /// one a truncate cut is not used; a file that ends small enough for one PUT aborts the
-/// multipart upload. The bucket holds exactly what was written each time.
+/// multipart upload, and so does unlinking a file whose parts went up. The bucket holds
+/// exactly what was written each time.
 #[test]
 fn a_large_object_s_parts_go_up_while_it_is_written() {
     let server = S3Server::start(&["data"]);
     let put = Putter::new(&server, "data");
     put.put("pre/f", b"old");
-    let (store, _local, _root, f) = store_with_f(&server);
+    let (store, _local, root, f) = store_with_f(&server);
     let mib = 1 << 20;
     store.set_upload(5 * mib as u64, 4);
 
@@ -505,4 +506,19 @@ fn a_large_object_s_parts_go_up_while_it_is_written() {
         1,
         "the parts of the longer file are not kept"
     );
+    drop(w);
+
+    // Written past two parts, then unlinked before any fsync: its parts are not kept.
+    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
+    for (i, piece) in big.chunks(mib).enumerate() {
+        store.write(&w, (i * mib) as u64, piece).unwrap();
+    }
+    assert_eq!(parts_up(&server, "pre/f", 10), 10, "parts 0-1 up");
+    store.unlink(&root, OsStr::new("f")).unwrap();
+    drop(w);
+    let t = std::time::Instant::now();
+    while server.requests("s3_AbortMultipartUpload", "pre/f") < 2 {
+        assert!(t.elapsed().as_secs() < 20, "the unlinked file's parts were kept");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
