@@ -208,7 +208,11 @@ impl Ctx {
             .map_err(|_| Errno::EIO)??;
         let qid = crate::raw::encode(id).replace('/', "%2F");
         let q = format!("partNumber={}&uploadId={qid}", k + 1);
-        let a = self.client()?.raw.send(Method::PUT, key, &q, &[], body).await?;
+        let a = self
+            .client()?
+            .raw
+            .send(Method::PUT, key, &q, &[], body)
+            .await?;
         crate::upload::check(&a, "UploadPart")?;
         Ok((crate::upload::etag_of(&a)?, changes))
     }
@@ -241,13 +245,10 @@ impl Ctx {
         let key = self.full_key(rel);
         let q = format!("uploadId={}", crate::raw::encode(id).replace('/', "%2F"));
         if let Ok(c) = self.client() {
-            let r = c.rt.block_on(c.raw.send(
-                Method::DELETE,
-                &key,
-                &q,
-                &[],
-                bytes::Bytes::new(),
-            ));
+            let r = c.rt.block_on(
+                c.raw
+                    .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new()),
+            );
             tracing::debug!("S3 {rel}: upload ahead aborted: {:?}", r.map(|a| a.status));
         }
     }

@@ -518,7 +518,10 @@ fn a_large_object_s_parts_go_up_while_it_is_written() {
     drop(w);
     let t = std::time::Instant::now();
     while server.requests("s3_AbortMultipartUpload", "pre/f") < 2 {
-        assert!(t.elapsed().as_secs() < 20, "the unlinked file's parts were kept");
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "the unlinked file's parts were kept"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
