@@ -27,31 +27,12 @@
 //! interrupted multipart upload does; the write-back journal still holds the data.
 
 use crate::ctx::Ctx;
-use crate::staging::{Base, Staging};
+use crate::staging::{Ahead, Base, Staging};
 use http::Method;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tierfs_store::{Errno, Result};
-
-/// The parts of one staging uploaded ahead.
-#[derive(Default)]
-pub(crate) struct Ahead {
-    /// The multipart upload they went to (None: none made yet).
-    pub id: Option<String>,
-    /// Part index -> its ETag and the part's change count when it was read.
-    pub done: HashMap<u64, (String, u64)>,
-    /// Parts being uploaded (and the making of the multipart upload, under [`MAKING`]), and
-    /// their tasks.
-    pub busy: HashMap<u64, tokio::task::JoinHandle<()>>,
-    /// The lowest part not considered yet (a writer's later parts are looked at once each).
-    pub next: u64,
-    /// Where the last write ended: only a writer going forward in order uploads ahead (a
-    /// random writer would send parts it rewrites later).
-    pub last_end: u64,
-    /// The multipart upload could not be made: no more tries until the next fsync.
-    pub failed: bool,
-}
 
 /// The key of the task making the multipart upload in [`Ahead::busy`].
 const MAKING: u64 = u64::MAX;
@@ -124,7 +105,7 @@ impl Ctx {
                         .raw
                         .send(Method::POST, &key, "uploads=", &[], bytes::Bytes::new())
                         .await?;
-                    crate::upload::check(&a, "CreateMultipartUpload")?;
+                    a.check("CreateMultipartUpload")?;
                     a.xml("UploadId").ok_or(Errno::EIO)
                 }
                 .await;
@@ -203,7 +184,7 @@ impl Ctx {
             g.part_changes.get(k as usize).copied().unwrap_or(0)
         };
         let st = s.clone();
-        let body = tokio::task::spawn_blocking(move || crate::upload::read_range(&st, k * ps, ps))
+        let body = tokio::task::spawn_blocking(move || st.read_range(k * ps, ps))
             .await
             .map_err(|_| Errno::EIO)??;
         let qid = crate::raw::encode(id).replace('/', "%2F");
@@ -213,8 +194,8 @@ impl Ctx {
             .raw
             .send(Method::PUT, key, &q, &[], body)
             .await?;
-        crate::upload::check(&a, "UploadPart")?;
-        Ok((crate::upload::etag_of(&a)?, changes))
+        a.check("UploadPart")?;
+        Ok((a.etag()?, changes))
     }
 
     /// For the upload at fsync (which holds `uploading`): the parts in flight waited for,

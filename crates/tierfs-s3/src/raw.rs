@@ -61,6 +61,40 @@ impl Answer {
     }
 
     /// The first element `<tag>...</tag>` of the XML body.
+    /// The ETag an upload's answer carries.
+    pub fn etag(&self) -> Result<String, Errno> {
+        self.headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                tracing::warn!("S3: an upload answer without an ETag");
+                Errno::EIO
+            })
+    }
+
+    /// A failed answer's errno; a 2xx that carries an `<Error>` (CompleteMultipartUpload
+    /// may) is a failure too.
+    pub fn check(&self, what: &str) -> Result<(), Errno> {
+        let error_body = self.body.windows(7).any(|w| w == b"<Error>");
+        if self.status.is_success() && !error_body {
+            return Ok(());
+        }
+        if error_body && self.status.is_success() {
+            return Err(match self.code() {
+                Some("PreconditionFailed") | Some("ConditionalRequestConflict") => {
+                    Errno(libc::ESTALE)
+                }
+                Some("NoSuchKey") => Errno::ENOENT,
+                c => {
+                    tracing::warn!("S3 {what}: {}", c.unwrap_or("an error without a code"));
+                    Errno::EIO
+                }
+            });
+        }
+        Err(self.errno(what))
+    }
+
     pub fn xml(&self, tag: &str) -> Option<String> {
         let t = std::str::from_utf8(&self.body).ok()?;
         let (_, rest) = t.split_once(&format!("<{tag}>"))?;

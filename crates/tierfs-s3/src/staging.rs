@@ -11,6 +11,7 @@
 
 use crate::attrs::etag_nanos;
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -75,6 +76,25 @@ impl State {
     }
 }
 
+/// The parts of one staging uploaded ahead (see `ahead`, which does the uploading).
+#[derive(Default)]
+pub(crate) struct Ahead {
+    /// The multipart upload they went to (None: none made yet).
+    pub id: Option<String>,
+    /// Part index -> its ETag and the part's change count when it was read.
+    pub done: HashMap<u64, (String, u64)>,
+    /// Parts being uploaded (and the making of the multipart upload, under `ahead`'s `MAKING`), and
+    /// their tasks.
+    pub busy: HashMap<u64, tokio::task::JoinHandle<()>>,
+    /// The lowest part not considered yet (a writer's later parts are looked at once each).
+    pub next: u64,
+    /// Where the last write ended: only a writer going forward in order uploads ahead (a
+    /// random writer would send parts it rewrites later).
+    pub last_end: u64,
+    /// The multipart upload could not be made: no more tries until the next fsync.
+    pub failed: bool,
+}
+
 pub(crate) struct Staging {
     pub rel: Arc<str>,
     pub file: File,
@@ -84,7 +104,7 @@ pub(crate) struct Staging {
     /// The part size of its multipart uploads (`s3.part_size` when it was made).
     pub part_size: u64,
     /// Parts uploaded while it is still being written (see `ahead`).
-    pub ahead: Mutex<crate::ahead::Ahead>,
+    pub ahead: Mutex<Ahead>,
 }
 
 impl Staging {
@@ -199,6 +219,13 @@ impl Staging {
         g.touch(self.part_size, from, None);
         changed(&mut g);
         Ok(())
+    }
+
+    /// Bytes `at..at + len` of the staging file, which must hold them (an upload's body).
+    pub fn read_range(&self, at: u64, len: u64) -> Result<bytes::Bytes> {
+        let mut buf = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut buf, at).map_err(io_errno)?;
+        Ok(bytes::Bytes::from(buf))
     }
 
     /// Reads the staged contents (only meaningful once loaded).

@@ -349,43 +349,6 @@ fn unquote(e: &str) -> &str {
     e.trim_matches('"')
 }
 
-pub(crate) fn read_range(s: &Staging, at: u64, len: u64) -> Result<Bytes> {
-    let mut buf = vec![0u8; len as usize];
-    s.file.read_exact_at(&mut buf, at).map_err(io_errno)?;
-    Ok(Bytes::from(buf))
-}
-
-pub(crate) fn etag_of(a: &Answer) -> Result<String> {
-    a.headers
-        .get("etag")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .ok_or_else(|| {
-            tracing::warn!("S3: an upload answer without an ETag");
-            Errno::EIO
-        })
-}
-
-/// A failed answer's errno; a 2xx that carries an `<Error>` (CompleteMultipartUpload may) is
-/// a failure too.
-pub(crate) fn check(a: &Answer, what: &str) -> Result<()> {
-    let error_body = a.body.windows(7).any(|w| w == b"<Error>");
-    if a.status.is_success() && !error_body {
-        return Ok(());
-    }
-    if error_body && a.status.is_success() {
-        return Err(match a.code() {
-            Some("PreconditionFailed") | Some("ConditionalRequestConflict") => ESTALE,
-            Some("NoSuchKey") => Errno::ENOENT,
-            c => {
-                tracing::warn!("S3 {what}: {}", c.unwrap_or("an error without a code"));
-                Errno::EIO
-            }
-        });
-    }
-    Err(a.errno(what))
-}
-
 async fn put_whole(
     c: &Client,
     key: &str,
@@ -393,10 +356,10 @@ async fn put_whole(
     size: u64,
     cond: (&str, &str),
 ) -> Result<String> {
-    let body = read_range(s, 0, size)?;
+    let body = s.read_range(0, size)?;
     let a = c.raw.send(Method::PUT, key, "", &[cond], body).await?;
-    check(&a, "PUT")?;
-    etag_of(&a)
+    a.check("PUT")?;
+    a.etag()
 }
 
 async fn put_parts(
@@ -416,7 +379,7 @@ async fn put_parts(
                 .raw
                 .send(Method::POST, key, "uploads=", &[], Bytes::new())
                 .await?;
-            check(&a, "CreateMultipartUpload")?;
+            a.check("CreateMultipartUpload")?;
             (a.xml("UploadId").ok_or(Errno::EIO)?, Default::default())
         }
     };
@@ -432,11 +395,11 @@ async fn put_parts(
                         return Ok::<_, Errno>((i + 1, etag));
                     }
                     let at = i * up.part_size;
-                    let body = read_range(s, at, up.part_size.min(size - at))?;
+                    let body = s.read_range(at, up.part_size.min(size - at))?;
                     let q = format!("partNumber={}&uploadId={qid}", i + 1);
                     let a = c.raw.send(Method::PUT, key, &q, &[], body).await?;
-                    check(&a, "UploadPart")?;
-                    Ok::<_, Errno>((i + 1, etag_of(&a)?))
+                    a.check("UploadPart")?;
+                    Ok::<_, Errno>((i + 1, a.etag()?))
                 }
             })
             .buffer_unordered(up.parallel.max(1))
@@ -456,7 +419,7 @@ async fn put_parts(
             .raw
             .send(Method::POST, key, &q, &[cond], Bytes::from(xml))
             .await?;
-        check(&a, "CompleteMultipartUpload")?;
+        a.check("CompleteMultipartUpload")?;
         a.xml("ETag").ok_or(Errno::EIO)
     }
     .await;
