@@ -9,8 +9,7 @@
 
 use crate::attrs::{key_ino, object_attr};
 use crate::ctx::{Client, Ctx, UploadConfig};
-use crate::raw::Answer;
-use crate::staging::{io_errno, now, Base, Staging};
+use crate::staging::{now, Base, Staging};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use http::Method;
