@@ -203,18 +203,56 @@ impl Ctx {
     pub(crate) fn take_ahead(&self, s: &Staging) -> Taken {
         // Until none is left: the task making the multipart upload starts parts when done.
         // (No two uploads of one part number may be in flight: the later to land is kept.)
+        // Waited for at most a request's timeout in all: a server that froze meanwhile must
+        // not make the fsync wait for them and then for its own upload; the parts are then
+        // given up with their multipart upload, and the fsync's upload starts a new one (so
+        // that a part still on its way can never land after the same part sent again).
+        let deadline = tokio::time::Instant::now() + crate::ctx::REQUEST_TIMEOUT;
+        let mut late = false;
         loop {
-            let tasks: Vec<_> = s.ahead.lock().busy.drain().map(|(_, t)| t).collect();
+            let mut tasks: Vec<_> = s.ahead.lock().busy.drain().map(|(_, t)| t).collect();
             let Some(c) = self.client().ok().filter(|_| !tasks.is_empty()) else {
                 break;
             };
-            c.rt.block_on(async {
-                for t in tasks {
-                    let _ = t.await;
-                }
+            late = c.rt.block_on(async {
+                let all = futures::future::join_all(tasks.iter_mut());
+                tokio::time::timeout_at(deadline, all).await.is_err()
             });
+            if late {
+                for t in &tasks {
+                    t.abort();
+                }
+                break;
+            }
         }
         let a = std::mem::take(&mut *s.ahead.lock());
+        for t in a.busy.values() {
+            t.abort();
+        }
+        if late {
+            tracing::warn!(
+                "S3 {}: parts uploaded ahead did not finish in {:?}; uploading them again",
+                s.rel,
+                crate::ctx::REQUEST_TIMEOUT
+            );
+            // (Bounded: the server may not answer this either; a lifecycle rule clears what
+            // an abort that did not land leaves.)
+            if let (Some(id), Ok(c)) = (&a.id, self.client()) {
+                let key = self.full_key(&s.rel);
+                let q = format!("uploadId={}", crate::raw::encode(id).replace('/', "%2F"));
+                let send = c
+                    .raw
+                    .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new());
+                let _ = c.rt.block_on(tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    send,
+                ));
+            }
+            return Taken {
+                id: None,
+                done: HashMap::new(),
+            };
+        }
         Taken {
             id: a.id,
             done: a.done,

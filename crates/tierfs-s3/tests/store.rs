@@ -444,6 +444,15 @@ fn parts_up(server: &S3Server, key: &str, n: usize) -> usize {
     }
 }
 
+/// `f` opened with O_TRUNC and `data` written through it in order, 1 MiB at a time.
+fn write_anew(store: &S3Store, f: &tierfs_s3::S3Node, data: &[u8]) -> tierfs_s3::S3Handle {
+    let w = store.open(f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        store.write(&w, (i << 20) as u64, piece).unwrap();
+    }
+    w
+}
+
 /// A large object's parts go to the bucket while it is still written (see `ahead`): once the
 /// writer is past a part, not at fsync. A part rewritten after it went up is uploaded again;
 /// one a truncate cut is not used; a file that ends small enough for one PUT aborts the
@@ -461,10 +470,7 @@ fn a_large_object_s_parts_go_up_while_it_is_written() {
     // 23 MiB and a bit, in 1 MiB writes: parts 0-3 (0-20 MiB) lie wholly below the last
     // byte written and go up before the fsync.
     let mut want = bytes(9, 23 * mib + 777);
-    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
-    for (i, piece) in want.chunks(mib).enumerate() {
-        store.write(&w, (i * mib) as u64, piece).unwrap();
-    }
+    let w = write_anew(&store, &f, &want);
     assert_eq!(
         parts_up(&server, "pre/f", 4),
         4,
@@ -484,11 +490,8 @@ fn a_large_object_s_parts_go_up_while_it_is_written() {
     drop(w);
 
     // Grown past two parts, then cut to 3 MiB: one PUT, the multipart upload aborted.
-    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
     let big = bytes(10, 12 * mib);
-    for (i, piece) in big.chunks(mib).enumerate() {
-        store.write(&w, (i * mib) as u64, piece).unwrap();
-    }
+    let w = write_anew(&store, &f, &big);
     assert_eq!(parts_up(&server, "pre/f", 8), 8, "parts 0-1 up");
     let set = tierfs_store::SetAttr {
         size: Some(3 * mib as u64),
@@ -509,10 +512,7 @@ fn a_large_object_s_parts_go_up_while_it_is_written() {
     drop(w);
 
     // Written past two parts, then unlinked before any fsync: its parts are not kept.
-    let w = store.open(&f, libc::O_WRONLY | libc::O_TRUNC).unwrap();
-    for (i, piece) in big.chunks(mib).enumerate() {
-        store.write(&w, (i * mib) as u64, piece).unwrap();
-    }
+    let w = write_anew(&store, &f, &big);
     assert_eq!(parts_up(&server, "pre/f", 10), 10, "parts 0-1 up");
     store.unlink(&root, OsStr::new("f")).unwrap();
     drop(w);
