@@ -34,6 +34,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tierfs_store::{Errno, Result};
 
+/// The longest an abort of a multipart upload is waited for.
+const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The key of the task making the multipart upload in [`Ahead::busy`].
 const MAKING: u64 = u64::MAX;
 
@@ -235,18 +238,8 @@ impl Ctx {
                 s.rel,
                 crate::ctx::REQUEST_TIMEOUT
             );
-            // (Bounded: the server may not answer this either; a lifecycle rule clears what
-            // an abort that did not land leaves.)
-            if let (Some(id), Ok(c)) = (&a.id, self.client()) {
-                let key = self.full_key(&s.rel);
-                let q = format!("uploadId={}", crate::raw::encode(id).replace('/', "%2F"));
-                let send = c
-                    .raw
-                    .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new());
-                let _ = c.rt.block_on(tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    send,
-                ));
+            if let Some(id) = &a.id {
+                self.abort_ahead(&s.rel, id);
             }
             return Taken {
                 id: None,
@@ -261,15 +254,24 @@ impl Ctx {
 
     /// Aborts multipart upload `id` of `rel` (its parts are not kept, or billed).
     pub(crate) fn abort_ahead(&self, rel: &str, id: &str) {
+        if let Ok(c) = self.client() {
+            c.rt.block_on(self.abort_request(rel, id));
+        }
+    }
+
+    /// The abort of multipart upload `id` of `rel`, bounded to [`ABORT_WAIT`]: the server
+    /// may be the reason for it (frozen, gone), and an fsync or a close must not wait for it
+    /// for long; a lifecycle rule clears what an abort that did not land leaves.
+    async fn abort_request(&self, rel: &str, id: &str) {
+        let Ok(c) = self.client() else { return };
         let key = self.full_key(rel);
         let q = format!("uploadId={}", crate::raw::encode(id).replace('/', "%2F"));
-        if let Ok(c) = self.client() {
-            let r = c.rt.block_on(
-                c.raw
-                    .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new()),
-            );
-            tracing::debug!("S3 {rel}: upload ahead aborted: {:?}", r.map(|a| a.status));
-        }
+        let send = c
+            .raw
+            .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new());
+        let r = tokio::time::timeout(ABORT_WAIT, send).await;
+        let r = r.map(|a| a.map(|a| a.status));
+        tracing::debug!("S3 {rel}: upload ahead aborted: {r:?}");
     }
 
     /// A staging that will not be uploaded (its name is gone, or its last handle let go):
@@ -284,16 +286,6 @@ impl Ctx {
             return;
         };
         let (ctx, rel) = (self.clone(), s.rel.clone());
-        c.rt.spawn(async move {
-            let key = ctx.full_key(&rel);
-            let q = format!("uploadId={}", crate::raw::encode(&id).replace('/', "%2F"));
-            if let Ok(c) = ctx.client() {
-                let r = c
-                    .raw
-                    .send(Method::DELETE, &key, &q, &[], bytes::Bytes::new())
-                    .await;
-                tracing::debug!("S3 {rel}: upload ahead aborted: {:?}", r.map(|a| a.status));
-            }
-        });
+        c.rt.spawn(async move { ctx.abort_request(&rel, &id).await });
     }
 }
