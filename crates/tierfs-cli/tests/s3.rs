@@ -231,6 +231,50 @@ fn files_written_through_the_mount_are_read_from_the_cache_after_remount() {
     m.unmount_and_wait();
 }
 
+/// `meta.cto=off` turns FUSE no-open on: the kernel sends no OPEN and names no file in a
+/// FLUSH. close(2) of a file read or written must still succeed (it failed with EBADF: `cat`
+/// exited 1 on every file), and a file written must be in the bucket once close returned.
+#[test]
+fn with_close_to_open_off_programs_read_and_write_and_close_succeeds() {
+    let server = S3Server::start(&["data"]);
+    let want: Vec<u8> = (0..300_000u32).map(|b| (b * 7) as u8).collect();
+    put_file(&server, "pre/r/a.bin", &want);
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    mount_with(&m, &server, &["meta.cto=off"]);
+    let mnt = m.mnt.clone();
+    let bucket = server.dir.path().join("data/pre");
+    let wanted = want.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        for _ in 0..2 {
+            let out = Command::new("cat")
+                .arg(mnt.join("r/a.bin"))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "cat: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.stdout == wanted, "cat read {} bytes", out.stdout.len());
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("printf hello > w.txt && cp r/a.bin copy.bin")
+            .current_dir(&mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Uploaded by close, before any unmount.
+        assert_eq!(std::fs::read(bucket.join("w.txt")).unwrap(), b"hello");
+        assert!(std::fs::read(bucket.join("copy.bin")).unwrap() == wanted);
+    });
+    m.unmount_and_wait();
+}
+
 fn sh(dir: &Path, script: &str) {
     let out = Command::new("sh")
         .arg("-ec")

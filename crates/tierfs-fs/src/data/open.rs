@@ -360,18 +360,27 @@ impl<S: Store> Objects<S> {
         Ok(())
     }
 
-    /// close(2) (FUSE FLUSH) of open file `fh`, on a store that publishes what was written
-    /// at close (S3): its writes are uploaded now, and close reports whether they were.
-    pub fn close(&self, fh: u64) -> Result<()> {
-        let of = self.open_file(fh)?;
-        let writable =
-            of.flags & libc::O_ACCMODE != libc::O_RDONLY || of.flags & libc::O_TRUNC != 0;
-        match of.handle.get() {
-            Some(h) if writable && self.sh.store.publishes_at_sync() => {
-                self.published(&of, h, |h| self.sh.store.close(h))
+    /// close(2) (FUSE FLUSH) of `ino`'s open file `fh`, on a store that publishes what was
+    /// written at close (S3): its writes are uploaded now, and close reports whether they
+    /// were. With FUSE no-open (`meta.cto=off`) the kernel opens nothing and names no file
+    /// (`fh` 0): `ino`'s implicit files are the ones closed, as fsync takes them.
+    pub fn close(&self, ino: u64, fh: u64) -> Result<()> {
+        let files = if fh == 0 {
+            self.implicit_files(ino)
+        } else {
+            vec![self.open_file(fh)?]
+        };
+        for of in files {
+            let writable =
+                of.flags & libc::O_ACCMODE != libc::O_RDONLY || of.flags & libc::O_TRUNC != 0;
+            match of.handle.get() {
+                Some(h) if writable && self.sh.store.publishes_at_sync() => {
+                    self.published(&of, h, |h| self.sh.store.close(h))?
+                }
+                _ => {}
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// Runs `publish` (an fsync or close that uploads the file: a new version of it, made

@@ -535,7 +535,7 @@ impl<S: Store> Fs<S> {
         match self.wb() {
             Some(wb) => wb.flush(ino),
             None => {
-                let r = self.data.close(fh);
+                let r = self.data.close(ino, fh);
                 if self.sh.store.publishes_at_sync() {
                     self.names_changed(ino); // the upload makes a new version
                 }
