@@ -407,6 +407,23 @@ impl Store for AnyStore {
             AnyStore::Sftp(s) => s.names_list_cheaper(),
         }
     }
+    fn open_brings_data(&self) -> bool {
+        match self {
+            AnyStore::Posix(s) => s.open_brings_data(),
+            AnyStore::S3(s) => s.open_brings_data(),
+            AnyStore::Sftp(s) => s.open_brings_data(),
+        }
+    }
+    fn listing_page(&self) -> usize {
+        match self {
+            AnyStore::Posix(s) => s.listing_page(),
+            AnyStore::S3(s) => s.listing_page(),
+            AnyStore::Sftp(s) => s.listing_page(),
+        }
+    }
+    fn lists_within(&self, node: &AnyNode, max: usize) -> Result<bool> {
+        on_node!(self, node, |s, n| s.lists_within(n, max))
+    }
     fn listing_carries_attrs(&self) -> bool {
         match self {
             AnyStore::Posix(s) => s.listing_carries_attrs(),

@@ -275,6 +275,58 @@ fn with_close_to_open_off_programs_read_and_write_and_close_succeeds() {
     m.unmount_and_wait();
 }
 
+/// A walk that looks names up one by one in a prefix nobody listed (`cat` of names it was
+/// given, as `xargs cat` or a data loader does) makes a few HEADs, then one LIST page
+/// answers the rest of its lookups; each open is still one close-to-open request.
+#[test]
+fn a_walk_looking_names_up_in_a_prefix_lists_it_once_instead() {
+    const FILES: usize = 40;
+    let server = S3Server::start(&["data"]);
+    let mut want = Vec::new();
+    for i in 0..FILES {
+        let data = format!("file {i}\n").repeat(50 + i);
+        put_file(&server, &format!("pre/walk/f{i:02}.txt"), data.as_bytes());
+        want.extend_from_slice(data.as_bytes());
+    }
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    mount(&m, &server);
+    let dir = m.mnt.join("walk");
+    let got = with_timeout(LIMIT, vec![m.mnt.clone()], move || {
+        let out = Command::new("cat")
+            .args((0..FILES).map(|i| format!("f{i:02}.txt")))
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    });
+    assert!(
+        got == want,
+        "cat read {} bytes, want {}",
+        got.len(),
+        want.len()
+    );
+    let s = stats_of(&m.mnt);
+    assert!(
+        n(&s, "backing.lookup") <= 6,
+        "lookups went on one by one: {s}"
+    );
+    assert!(n(&s, "backing.readdir") <= 3, "{s}");
+    // Each file opened once (its open is its check), not looked up and then opened, and not
+    // loaded ahead as well (an S3 open is a GET of the object: a load ahead would be the
+    // walk's own request made twice).
+    assert!(
+        n(&s, "backing.lookup") + n(&s, "backing.getattr") + n(&s, "backing.open")
+            <= FILES as u64 + 8,
+        "more than one request per open: {s}"
+    );
+    m.unmount_and_wait();
+}
+
 fn sh(dir: &Path, script: &str) {
     let out = Command::new("sh")
         .arg("-ec")

@@ -473,6 +473,15 @@ impl<S: Store> Store for CountedStore<S> {
     fn listing_carries_attrs(&self) -> bool {
         self.inner.listing_carries_attrs()
     }
+    fn open_brings_data(&self) -> bool {
+        self.inner.open_brings_data()
+    }
+    fn listing_page(&self) -> usize {
+        self.inner.listing_page()
+    }
+    fn lists_within(&self, node: &S::Node, max: usize) -> Result<bool> {
+        self.count(&self.counters.readdir, self.inner.lists_within(node, max))
+    }
     fn fstat_is_local(&self) -> bool {
         self.inner.fstat_is_local()
     }

@@ -368,6 +368,35 @@ impl Store for S3Store {
     fn listing_carries_attrs(&self) -> bool {
         true
     }
+    /// An open is a GET of the object's first MiB (`first.rs`).
+    fn open_brings_data(&self) -> bool {
+        true
+    }
+    /// A LIST page: 1,000 keys.
+    fn listing_page(&self) -> usize {
+        1000
+    }
+    /// The first page of an undelimited listing of the prefix (its keys at every depth, so
+    /// at least as many as the directory's entries): at most `max` keys and no next page.
+    /// object_store asks for the next page only once the first is used up, so this is one
+    /// LIST where the directory fits and at most two where it does not.
+    fn lists_within(&self, node: &S3Node, max: usize) -> Result<bool> {
+        use futures::StreamExt;
+        if node.kind != FileKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let prefix = self.dir_key(&node.rel);
+        let s3 = self.client()?.s3.clone();
+        self.run(async move {
+            let mut keys = s3.list(prefix.as_ref()).take(max + 1);
+            let mut n = 0;
+            while let Some(m) = keys.next().await {
+                m?;
+                n += 1;
+            }
+            Ok(n <= max)
+        })
+    }
     /// The handle holds the version it reads (from its open's GET or HEAD, or its staging).
     fn fstat_is_local(&self) -> bool {
         true

@@ -273,6 +273,25 @@ pub trait Store: Send + Sync + 'static {
     fn listing_carries_attrs(&self) -> bool {
         false
     }
+    /// Whether opening a file brings its first bytes with its attributes in the one request
+    /// (S3: the open is a GET of the object's start). Loading a small file ahead of a walk
+    /// then saves the walk nothing (its open is a request anyway) and asks the store twice.
+    fn open_brings_data(&self) -> bool {
+        false
+    }
+    /// Entries one listing request brings, for a store whose directories' sizes say nothing
+    /// of how many entries they hold but whose listing comes in pages of entries with their
+    /// attributes (S3: 1,000 keys a page). 0: not such a store. A walk looking names up one by
+    /// one in a directory never listed takes a listing instead once it is known to fit in one
+    /// page ([`Store::lists_within`]; see `tierfs_fs`'s `walk_lists`).
+    fn listing_page(&self) -> usize {
+        0
+    }
+    /// Whether listing `node` brings at most `max` entries, asked in one request (S3: one
+    /// LIST page of the prefix). Only where [`Store::listing_page`] is not 0.
+    fn lists_within(&self, _node: &Self::Node, _max: usize) -> Result<bool> {
+        Ok(false)
+    }
     /// Whether [`Store::fstat`] is answered from the handle itself, with no request to the
     /// store (an S3 handle holds the version it reads): not counted as a store request then.
     fn fstat_is_local(&self) -> bool {

@@ -5,11 +5,17 @@
 //! sits idle in between. Read-ahead within a file cannot help a file of a few KiB.
 //!
 //! So: once two files of one directory have been opened one right after the other in
-//! listing order (with FUSE no-open, where no OPEN reaches us: read from offset 0), the next `prefetch.files` regular files of the listing that are at most
-//! `prefetch.max_file` bytes and not cached yet are loaded in the background, several at a
-//! time, through the ordinary open and read path (close-to-open check, fingerprint check
-//! after the read, RAM tier, SSD admission): the walk then finds them in RAM. A walk that
-//! stops (an open out of order) stops prefetching; what was loaded stays as any cached data.
+//! listing order (with FUSE no-open, where no OPEN reaches us: read from offset 0), the next
+//! `prefetch.files` regular files of the listing that are at most `prefetch.max_file` bytes
+//! and not cached yet are loaded in the background, several at a time, through the ordinary
+//! open and read path (close-to-open check, fingerprint check after the read, RAM tier, SSD
+//! admission): the walk then finds them in RAM. With a shared tier, a file's chunk of the
+//! listed version is taken from the tier first, with no request to the origin. Not from a
+//! store whose open is a GET of the file's start (S3): there the walk's open is one request
+//! anyway, and a load ahead would ask for the same file twice. Several
+//! readers may walk one directory at once (`xargs -P8 -n25 cat`, a data loader's workers),
+//! each in order: each is followed, and no file is sent twice. A reader that jumps starts
+//! over; what was loaded stays as any cached data.
 
 use super::Objects;
 use crate::identity::Ident;
@@ -23,14 +29,30 @@ use tierfs_store::{FileKind, Store};
 /// Directories whose walks are followed at once; the least recently used is forgotten.
 const WALKS_MAX: usize = 64;
 
-/// One directory being walked: its listing as of the walk's first open, where the walk is,
-/// and how far ahead of it files were sent for loading.
+/// One directory being walked: its listing as of the walk's first open, where its readers
+/// are, and which files were sent for loading.
 pub(crate) struct Walk {
     names: Vec<(OsString, Child)>,
     pos: rustc_hash::FxHashMap<OsString, usize>,
-    last: Option<usize>,
-    ahead: usize,
+    /// The listing positions the walk's readers opened last, most recent last: several
+    /// readers walk one directory at once (`xargs -P`, a data loader's workers), each in
+    /// order, their opens interleaved.
+    lasts: Vec<usize>,
+    /// Positions sent for loading (or opened), a bit each: never sent twice in one walk.
+    sent: Vec<u64>,
     used: u64,
+}
+
+/// Readers of one directory followed at once (see [`Walk::lasts`]).
+const READERS_MAX: usize = 16;
+
+impl Walk {
+    fn mark(&mut self, k: usize) -> bool {
+        let (w, b) = (k / 64, 1u64 << (k % 64));
+        let new = self.sent[w] & b == 0;
+        self.sent[w] |= b;
+        new
+    }
 }
 
 #[derive(Default)]
@@ -54,7 +76,10 @@ impl<S: Store> Objects<S> {
     pub fn opened_for_walk(self: &Arc<Self>, ino: u64) {
         self.let_go_held(ino);
         let files = self.prefetch_files.load(Relaxed);
-        if files == 0 {
+        // Where an open is a GET of the file's start (S3), a load ahead from the store is
+        // the walk's own request made twice; only a shared tier has something to give.
+        let from_store = !self.sh.store.open_brings_data();
+        if files == 0 || !(from_store || self.sh.shared_tier.get().is_some()) {
             return;
         }
         let Some(i) = self.ns.inodes.get(ino) else {
@@ -78,11 +103,12 @@ impl<S: Store> Objects<S> {
                 .enumerate()
                 .map(|(k, (n, _))| (n.clone(), k))
                 .collect();
+            let words = names.len().div_ceil(64);
             Some(Walk {
                 names,
                 pos,
-                last: None,
-                ahead: 0,
+                lasts: Vec::new(),
+                sent: vec![0; words],
                 used: 0,
             })
         };
@@ -104,20 +130,29 @@ impl<S: Store> Objects<S> {
             let Some(&at) = w.pos.get(&name) else {
                 return;
             };
-            if w.last == Some(at) {
+            if w.lasts.contains(&at) {
                 // The same file again (a second open, or a read after a cached one).
                 return;
             }
-            let in_order = w.last.is_some_and(|l| at == l + 1);
-            w.last = Some(at);
+            w.mark(at);
+            // A reader going on in order, or a new one (a jump starts a reader).
+            let in_order = match w.lasts.iter().position(|&l| at == l + 1) {
+                Some(k) => {
+                    w.lasts.remove(k);
+                    true
+                }
+                None => false,
+            };
+            if w.lasts.len() >= READERS_MAX {
+                w.lasts.remove(0);
+            }
+            w.lasts.push(at);
             if !in_order {
-                w.ahead = at + 1;
                 return;
             }
-            let from = w.ahead.max(at + 1);
             let to = (at + 1 + files).min(w.names.len());
-            w.ahead = w.ahead.max(to);
-            w.names.get(from..to).unwrap_or_default().to_vec()
+            let fresh: Vec<usize> = (at + 1..to).filter(|&k| w.mark(k)).collect();
+            fresh.into_iter().map(|k| w.names[k].clone()).collect()
         };
         let max = self.prefetch_max_file.load(Relaxed);
         for (name, child) in todo {
@@ -193,7 +228,29 @@ impl<S: Store> Objects<S> {
     }
 
     /// Opens, reads and lets go of file `ino` as a reader would, so its blocks are cached.
+    /// With a shared tier, its first chunk, of the version the listing gave, is taken from
+    /// there first: no request to the origin at all (the walk's own open checks the version,
+    /// and blocks of another version are never served; `start_from_shared`). Else the
+    /// origin: a close-to-open check and a read.
     fn load_whole(self: &Arc<Self>, ino: u64, size: u64) {
+        if let Some(st) = self.ns.inodes.get(ino).and_then(|i| i.file.clone()) {
+            // The walk got here first (a store faster than the loads ahead): its own open
+            // reads the file, a load now would only ask the store for it a second time.
+            if st.opens.load(Relaxed) > 0 || self.has_cached_data(&st) {
+                return;
+            }
+            if self.sh.shared_tier.get().is_some()
+                && !st.unverified()
+                && !st.has_dirty.load(Relaxed)
+                && self.start_from_shared(&st)
+            {
+                FsStats::add(&self.sh.stats.prefetched_files, 1);
+                return;
+            }
+        }
+        if self.sh.store.open_brings_data() {
+            return;
+        }
         let Ok(o) = self.open_by(ino, libc::O_RDONLY, 0, std::time::Instant::now()) else {
             return;
         };

@@ -438,12 +438,12 @@ impl<S: Store> Namespace<S> {
 
     /// Whether this mount lists directories a walk looks names up in (see `walk_lists`): a
     /// network store (a local disk answers a lookup in microseconds) whose directories'
-    /// sizes follow their names (a filesystem, an sftp server; not S3), not listed for names
-    /// first.
+    /// sizes follow their names (a filesystem, an sftp server) or that lists in pages (S3),
+    /// not listed for names first.
     fn walks_listed(&self) -> bool {
         self.meta.enabled()
             && self.sh.store.may_hang()
-            && self.sh.store.dirs_track_names()
+            && (self.sh.store.dirs_track_names() || self.sh.store.listing_page() > 0)
             && !self.names_first()
     }
 
@@ -451,6 +451,19 @@ impl<S: Store> Namespace<S> {
     fn walk_due(&self, p: &Arc<Inode<St<S>>>) -> bool {
         if !self.walks_listed() || self.sh.store.inner().health.gone() {
             return false;
+        }
+        let page = self.sh.store.listing_page();
+        if page > 0 {
+            if !self.walks.due_paged(p.id()) {
+                return false;
+            }
+            let fits = self
+                .node(p)
+                .and_then(|n| self.sh.store.lists_within(&n, page));
+            if !matches!(fits, Ok(true)) {
+                self.walks.too_big(p.id());
+            }
+            return matches!(fits, Ok(true));
         }
         let size = match self.meta.attr_expired(p.id()) {
             Some((a, _)) => a.size,
