@@ -11,14 +11,16 @@ use crate::BlockKey;
 use bytes::Bytes;
 use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 const SHARDS: usize = 64;
 
 struct Slot {
     key: BlockKey,
     data: Bytes,
-    referenced: AtomicBool,
+    /// Sweeps of the hand the block survives (CLOCK's reference bit, counted): 1 once read,
+    /// 2 when read ahead and not read yet (see [`RamCache::insert_ahead`]), 0 new.
+    referenced: AtomicU8,
 }
 
 #[derive(Default)]
@@ -52,7 +54,9 @@ impl Shard {
             let i = self.hand % n;
             self.hand = i + 1;
             if let Some(slot) = &self.slots[i] {
-                if slot.referenced.swap(false, Relaxed) {
+                let lives = slot.referenced.load(Relaxed);
+                if lives > 0 {
+                    slot.referenced.store(lives - 1, Relaxed);
                     continue;
                 }
                 return self.remove_slot(i);
@@ -137,7 +141,8 @@ impl RamCache {
         let shard = self.shards[self.shard(key)].read();
         let i = *shard.map.get(key)?;
         let slot = shard.slots[i].as_ref()?;
-        slot.referenced.store(true, Relaxed);
+        // Read: one sweep to live, also for a block read ahead (its second is spent).
+        slot.referenced.store(1, Relaxed);
         Some(slot.data.clone())
     }
 
@@ -147,6 +152,21 @@ impl RamCache {
 
     /// Inserts or replaces a block, then evicts until the cache is under its cap.
     pub fn insert(&self, key: BlockKey, data: Bytes) {
+        self.insert_with(key, data, false);
+    }
+
+    /// [`RamCache::insert`] of a block read ahead of a sequential reader, which is about to
+    /// read it: it outlives two sweeps of the hand unless read first (then one, as any block
+    /// read). Unreferenced, it was the first to go: the blocks the stream had read were
+    /// referenced by that read, and
+    /// a tier shrunk to `ram.min` evicted the blocks a 1 GiB stream was about to read before
+    /// those it had read (13% of its reads missed and went to the store one by one: 173 MB/s
+    /// from S3 where the same mount with a large tier read 550).
+    pub fn insert_ahead(&self, key: BlockKey, data: Bytes) {
+        self.insert_with(key, data, true);
+    }
+
+    fn insert_with(&self, key: BlockKey, data: Bytes, ahead: bool) {
         let len = data.len() as u64;
         if len > self.cap.load(Relaxed) {
             return;
@@ -163,11 +183,11 @@ impl RamCache {
                 self.used.fetch_add(len, Relaxed);
             } else {
                 // New blocks start unreferenced: a one-time scan is evicted before data that
-                // was read twice (CLOCK's scan resistance).
+                // was read twice (CLOCK's scan resistance); blocks read ahead do not (above).
                 let slot = Slot {
                     key,
                     data,
-                    referenced: AtomicBool::new(false),
+                    referenced: AtomicU8::new(if ahead { 2 } else { 0 }),
                 };
                 let i = match shard.free.pop() {
                     Some(i) => {
@@ -292,6 +312,40 @@ mod tests {
         }
         let hot_left = (0..10).filter(|i| c.contains(&key(1, *i))).count();
         assert!(hot_left >= 8, "hot blocks left: {hot_left}");
+    }
+
+    /// A stream through a tier that holds 4 windows of read-ahead (1,024 blocks: 64 MiB of
+    /// 64 KiB blocks, `ram.min`): each block is inserted a window before it is read.
+    /// Inserted unreferenced (as plain inserts are), most blocks read ahead were evicted
+    /// before their read (the blocks read were referenced by that read).
+    #[test]
+    fn blocks_read_ahead_outlive_the_blocks_a_stream_has_read() {
+        const WINDOW: u64 = 256;
+        let mut missed = [0u64; 2];
+        for ahead in [false, true] {
+            let c = RamCache::new(4 * WINDOW * 10);
+            let put = |i: u64| {
+                let b = Bytes::from(vec![0u8; 10]);
+                if ahead {
+                    c.insert_ahead(key(1, i), b)
+                } else {
+                    c.insert(key(1, i), b)
+                }
+            };
+            (0..WINDOW).for_each(put);
+            for i in 0..20_000 {
+                put(i + WINDOW);
+                if c.peek(&key(1, i)).is_none() {
+                    missed[ahead as usize] += 1;
+                }
+            }
+        }
+        // (The shards' clocks are not one clock: a few still go.)
+        assert!(missed[1] < 200, "read ahead: {missed:?} missed");
+        assert!(
+            missed[0] > 2000,
+            "plain: {missed:?} missed (the case fixed)"
+        );
     }
 
     #[test]

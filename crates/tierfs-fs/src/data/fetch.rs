@@ -171,7 +171,7 @@ impl<S: Store> Objects<S> {
             let block = Bytes::copy_from_slice(&buf[s..e]);
             let key = *g.key();
             if cacheable {
-                self.keep_block(of, v, key, &block);
+                self.keep_block(of, v, key, &block, readahead);
             }
             g.complete(Ok(block.clone()));
             out.push((key.idx, block));
@@ -188,10 +188,22 @@ impl<S: Store> Objects<S> {
         FsStats::add(counter, blocks);
     }
 
-    /// Puts a block of version `v` in the RAM tier and offers it to the SSD tier (admission
-    /// at fill, within the SSD tier's write budget).
-    pub(crate) fn keep_block(&self, of: &OpenFile<S>, v: &Version, key: BlockKey, block: &Bytes) {
-        self.sh.cache.insert(key, block.clone());
+    /// Puts a block of version `v` in the RAM tier (`ahead`: read ahead of a sequential
+    /// reader, see `RamCache::insert_ahead`) and offers it to the SSD tier (admission at
+    /// fill, within the SSD tier's write budget).
+    pub(crate) fn keep_block(
+        &self,
+        of: &OpenFile<S>,
+        v: &Version,
+        key: BlockKey,
+        block: &Bytes,
+        ahead: bool,
+    ) {
+        if ahead {
+            self.sh.cache.insert_ahead(key, block.clone());
+        } else {
+            self.sh.cache.insert(key, block.clone());
+        }
         if let Some(ssd) = &self.sh.ssd {
             ssd.offer(self.ssd_key(of, key.idx), version_of(&v.fp), block.clone());
         }

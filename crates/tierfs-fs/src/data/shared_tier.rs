@@ -242,7 +242,7 @@ impl<S: Store> Objects<S> {
             // One allocation per block, so evicting one block frees its memory.
             let block = Bytes::copy_from_slice(&data[s..e]);
             if keep {
-                self.keep_block(of, v, key, &block);
+                self.keep_block(of, v, key, &block, false);
             }
             if let Some(g) = claimed {
                 g.complete(Ok(block.clone()));
