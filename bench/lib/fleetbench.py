@@ -366,6 +366,18 @@ def wl_fleet(b: Bench) -> Result:
     env = S3Env(b)
     if env.dir.exists():
         shutil.rmtree(env.dir)
+    # The SSD tier keeps `ssd.min_free_pct` (10%) of its device free and gives segments back
+    # below that: on a nearly full disk host 1's tier dropped chunks its late uploads needed
+    # (a run at 7098d01 with 26 GB free: 234 chunks never uploaded, hosts 2 and 3 read them
+    # from the origin). The run holds the dataset about 8 times (origin, two copies in the
+    # tier, four cache dirs) on top of that floor.
+    st = os.statvfs(R.WORK)
+    free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    need = 8 * args.size_bytes + size // 10
+    if free < need:
+        raise BenchError(f"{R.WORK}: {R.human(free)} free, the fleet run needs {R.human(need)} "
+                         f"(8 x the dataset above the SSD tier's 10% floor); remove the cache "
+                         f"dirs of earlier runs (bench/work/cache-*)")
     files = make_dataset(env.objects, args.size_bytes)
     total = sum(f.size for f in files)
     log(f"dataset: {len(files):,} files, {total:,} bytes ({R.human(total)})")
