@@ -246,28 +246,10 @@ fn with_close_to_open_off_programs_read_and_write_and_close_succeeds() {
     let wanted = want.clone();
     with_timeout(LIMIT, vec![mnt.clone()], move || {
         for _ in 0..2 {
-            let out = Command::new("cat")
-                .arg(mnt.join("r/a.bin"))
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "cat: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.stdout == wanted, "cat read {} bytes", out.stdout.len());
+            let got = sh(&mnt, "cat r/a.bin");
+            assert!(got == wanted, "cat read {} bytes", got.len());
         }
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("printf hello > w.txt && cp r/a.bin copy.bin")
-            .current_dir(&mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        sh(&mnt, "printf hello > w.txt; cp r/a.bin copy.bin");
         // Uploaded by close, before any unmount.
         assert_eq!(std::fs::read(bucket.join("w.txt")).unwrap(), b"hello");
         assert!(std::fs::read(bucket.join("copy.bin")).unwrap() == wanted);
@@ -291,19 +273,9 @@ fn a_walk_looking_names_up_in_a_prefix_lists_it_once_instead() {
     let m = BinMount::unmounted_in(&std::env::temp_dir());
     mount(&m, &server);
     let dir = m.mnt.join("walk");
-    let got = with_timeout(LIMIT, vec![m.mnt.clone()], move || {
-        let out = Command::new("cat")
-            .args((0..FILES).map(|i| format!("f{i:02}.txt")))
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    });
+    let names: Vec<String> = (0..FILES).map(|i| format!("f{i:02}.txt")).collect();
+    let script = format!("cat {}", names.join(" "));
+    let got = with_timeout(LIMIT, vec![m.mnt.clone()], move || sh(&dir, &script));
     assert!(
         got == want,
         "cat read {} bytes, want {}",
@@ -327,7 +299,9 @@ fn a_walk_looking_names_up_in_a_prefix_lists_it_once_instead() {
     m.unmount_and_wait();
 }
 
-fn sh(dir: &Path, script: &str) {
+/// Runs `script` with `sh -e` in `dir`; it must succeed (close(2) errors included, which
+/// `cat` and `cp` report). Returns what it wrote to stdout.
+fn sh(dir: &Path, script: &str) -> Vec<u8> {
     let out = Command::new("sh")
         .arg("-ec")
         .arg(script)
@@ -339,6 +313,7 @@ fn sh(dir: &Path, script: &str) {
         "{script}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 /// A source tree to write: small files, an empty one, and two larger than the part size.
