@@ -411,7 +411,7 @@ impl<S: Store> Namespace<S> {
             // answers the rest of it (`walk_lists`). The directory is asked first, bounded
             // by `store.timeout` as a lookup is (a listing is not): a store that froze since
             // is not listed.
-            if self.fetch_attr(p).is_ok() && self.list_dir(p).is_ok() {
+            if self.fetch_attr(p).is_ok() && self.walk_fits(p) && self.list_dir(p).is_ok() {
                 found = self.meta.lookup(p.id(), name);
             }
         }
@@ -452,24 +452,32 @@ impl<S: Store> Namespace<S> {
         if !self.walks_listed() || self.sh.store.inner().health.gone() {
             return false;
         }
-        let page = self.sh.store.listing_page();
-        if page > 0 {
-            if !self.walks.due_paged(p.id()) {
-                return false;
-            }
-            let fits = self
-                .node(p)
-                .and_then(|n| self.sh.store.lists_within(&n, page));
-            if !matches!(fits, Ok(true)) {
-                self.walks.too_big(p.id());
-            }
-            return matches!(fits, Ok(true));
+        if self.sh.store.listing_page() > 0 {
+            return self.walks.due_paged(p.id());
         }
         let size = match self.meta.attr_expired(p.id()) {
             Some((a, _)) => a.size,
             None => return false,
         };
         self.walks.due(p.id(), size)
+    }
+
+    /// Whether `p`, due for a walk's listing (`walk_due`), fits one listing page on a store
+    /// that lists in pages (S3), asked once the directory's own check (bounded by
+    /// `store.timeout`) found the store answering; a directory that does not, or cannot be
+    /// asked, is left to its lookups. Elsewhere its size decided already.
+    fn walk_fits(&self, p: &Arc<Inode<St<S>>>) -> bool {
+        let page = self.sh.store.listing_page();
+        if page == 0 {
+            return true;
+        }
+        let fits = self
+            .node(p)
+            .and_then(|n| self.sh.store.lists_within(&n, page));
+        if !matches!(fits, Ok(true)) {
+            self.walks.too_big(p.id());
+        }
+        matches!(fits, Ok(true))
     }
 
     /// While the store is gone, a name looked up before (its directory never listed) is
