@@ -1386,6 +1386,98 @@ fn names_longer_than_name_max_are_enametoolong() {
     });
 }
 
+/// `getxattr`/`setxattr`/`listxattr` of one name through libc: the value, or the errno.
+fn xattr(p: &Path, name: &str, set: Option<&[u8]>) -> Result<Vec<u8>, i32> {
+    let (c, n) = (cstr(p), std::ffi::CString::new(name).unwrap());
+    let mut buf = vec![0u8; 4096];
+    let r = unsafe {
+        match set {
+            Some(v) => {
+                libc::lsetxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) as isize
+            }
+            None => libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()),
+        }
+    };
+    match r {
+        r if r < 0 => Err(std::io::Error::last_os_error().raw_os_error().unwrap()),
+        r => Ok(buf[..r as usize].to_vec()),
+    }
+}
+
+fn xattr_names(p: &Path) -> Vec<String> {
+    let c = cstr(p);
+    let mut buf = vec![0u8; 4096];
+    let r = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(
+        r >= 0,
+        "llistxattr {p:?}: {}",
+        std::io::Error::last_os_error()
+    );
+    buf[..r as usize]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+fn cstr(p: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// POSIX ACLs and SELinux labels are not kept by the mount (ACLs would not be enforced: the
+/// kernel checks mode bits alone on it), so their names answer EOPNOTSUPP whatever the store
+/// holds, and are not listed; every other extended attribute passes through both ways.
+/// `ls -l` asks both names of every file and stops at the first EOPNOTSUPP: with the store's
+/// ENODATA passed on, each entry cost two FUSE round trips (10,000 files over a local
+/// directory: 0.82-0.96 s warm, the directory alone 0.10-0.12 s).
+#[test]
+fn acl_and_label_names_are_refused_and_user_xattrs_pass_through() {
+    let m = BinMount::new(&[]);
+    let f = m.backing.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    xattr(&f, "user.note", Some(b"kept")).unwrap();
+    // Root may set any security.* name on the directory's filesystem (no LSM reads it here).
+    let labelled = xattr(
+        &f,
+        "security.selinux",
+        Some(b"system_u:object_r:tmp_t:s0\0"),
+    )
+    .is_ok();
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let out = std::process::Command::new("ls")
+            .arg("-l")
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ls -l: {out:?}");
+        let mf = mnt.join("f");
+        for name in ["system.posix_acl_access", "security.selinux"] {
+            assert_eq!(xattr(&mf, name, None), Err(libc::EOPNOTSUPP), "get {name}");
+        }
+        assert_eq!(
+            xattr(&mnt, "system.posix_acl_default", None),
+            Err(libc::EOPNOTSUPP)
+        );
+        assert_eq!(xattr(&mf, "user.note", None), Ok(b"kept".to_vec()));
+        assert_eq!(xattr(&mf, "user.absent", None), Err(libc::ENODATA));
+        assert_eq!(
+            xattr(&mf, "security.selinux", Some(b"x")),
+            Err(libc::EOPNOTSUPP)
+        );
+        xattr(&mf, "user.new", Some(b"made")).unwrap();
+        let names = xattr_names(&mf);
+        assert!(names.contains(&"user.note".to_string()), "{names:?}");
+        assert!(names.contains(&"user.new".to_string()), "{names:?}");
+        assert!(
+            !names.iter().any(|n| n == "security.selinux"),
+            "{names:?} (labelled on the store: {labelled})"
+        );
+    });
+    assert_eq!(xattr(&f, "user.new", None), Ok(b"made".to_vec()));
+}
+
 /// Write-through asks the store for a file's attributes once per check (`meta.ttl`), not
 /// twice per write: on a network store each `fstat` is a round trip (sshfs drops its
 /// attributes at every write), which held 1 MiB writes to 0.55x the store's own speed. What

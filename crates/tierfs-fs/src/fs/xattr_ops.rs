@@ -3,6 +3,7 @@
 //! namespace.
 
 use super::Fs;
+use crate::namespace::unkept_xattr;
 use std::ffi::OsStr;
 use tierfs_store::{Errno, Result, Store};
 
@@ -37,6 +38,9 @@ impl<S: Store> Fs<S> {
         if self.ns.no_xattrs {
             return Err(Errno(libc::ENOSYS));
         }
+        if let Some(e) = unkept_xattr(name) {
+            return Err(e); // before waiting for the journal: nothing to apply
+        }
         self.drain_ns()?;
         let r = self.ns.setxattr(ino, name, value, flags);
         self.names_changed(ino); // its ctime
@@ -46,6 +50,9 @@ impl<S: Store> Fs<S> {
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
         if self.ns.no_xattrs {
             return Err(Errno(libc::ENOSYS));
+        }
+        if let Some(e) = unkept_xattr(name) {
+            return Err(e); // before waiting for the journal: nothing to apply
         }
         self.drain_ns()?;
         let r = self.ns.removexattr(ino, name);

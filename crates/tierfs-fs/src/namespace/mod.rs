@@ -22,6 +22,7 @@ mod provisional;
 mod rename;
 mod walk_lists;
 
+pub(crate) use attrs::unkept_xattr;
 pub(crate) use checks::Answer;
 pub use listing::{DirOpen, DirPage};
 pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV, STALL_PATIENCE};
