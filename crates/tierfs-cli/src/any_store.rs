@@ -333,6 +333,13 @@ impl Store for AnyStore {
             AnyStore::Sftp(s) => s.may_hang(),
         }
     }
+    fn keeps_call_limit(&self) -> bool {
+        match self {
+            AnyStore::Posix(s) => s.keeps_call_limit(),
+            AnyStore::S3(s) => s.keeps_call_limit(),
+            AnyStore::Sftp(s) => s.keeps_call_limit(),
+        }
+    }
     fn max_file_size(&self) -> u64 {
         match self {
             AnyStore::Posix(s) => s.max_file_size(),

@@ -645,6 +645,49 @@ fn a_vanished_server_is_served_from_the_cache_and_a_hung_one_never_holds_the_dae
     server.hang(false);
 }
 
+/// A server that stops answering (SIGSTOP) while the mount is in use: the HEAD that checks a
+/// cached file's open is given up at `store.timeout` on the reader's own thread (the S3
+/// store drops the request itself, `Store::keeps_call_limit`), the store is taken for hung
+/// and the file is served from the cache; once the server answers again, a change made
+/// meanwhile is seen at the next open.
+#[test]
+fn a_cached_file_is_served_when_the_server_stops_answering_its_check() {
+    let server = S3Server::start(&["data"]);
+    put_file(&server, "pre/a.txt", b"hello\n");
+    std::thread::sleep(Duration::from_millis(1100)); // (a second-old object: not racy)
+    let m = BinMount::unmounted_in(&std::env::temp_dir());
+    mount_with(&m, &server, &["store.timeout=2s"]);
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        assert_eq!(std::fs::read(mnt.join("a.txt")).unwrap(), b"hello\n");
+    });
+    server.hang(true);
+    let mnt = m.mnt.clone();
+    let took = with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let t = std::time::Instant::now();
+        assert_eq!(std::fs::read(mnt.join("a.txt")).unwrap(), b"hello\n");
+        t.elapsed()
+    });
+    let st = stats_of(&m.mnt);
+    server.hang(false);
+    assert!(took < Duration::from_secs(20), "served after {took:?}");
+    assert!(n(&st, "backing.timeouts") > 0, "{st}");
+    put_file(&server, "pre/a.txt", b"changed\n");
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let t = std::time::Instant::now();
+        loop {
+            match std::fs::read(mnt.join("a.txt")) {
+                Ok(d) if d == b"changed\n" => break,
+                r => {
+                    assert!(t.elapsed() < Duration::from_secs(30), "still {r:?}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    });
+}
+
 /// Write-back, default options: a file grown by a write past its end, then closed, reads back
 /// whole right away, while its flush and upload (and the previous one's) run in the
 /// background. The read-only open used to pin the object as it was before the flush, so the

@@ -138,27 +138,38 @@ impl<S: Store> CountedStore<S> {
         if self.health.hung() {
             return Err(tierfs_store::Errno::ENOTCONN);
         }
+        if self.inner.keeps_call_limit() {
+            // On this thread: the store drops the request at the deadline itself.
+            return match tierfs_store::call_limit::within(limit, || call(&self.inner)) {
+                (Err(e), true) if e.0 == libc::ETIMEDOUT => self.timed_out(c, limit),
+                (r, _) => self.count(c, r),
+            };
+        }
         let inner = self.inner.clone();
         match self.deadline.run(move || call(&inner)) {
             Some(r) => self.count(c, r),
-            None => {
-                c.fetch_add(1, Relaxed);
-                self.health.timed_out(limit, || {
-                    let s = self.inner.clone();
-                    // A request the store itself must answer (not its client's attribute
-                    // cache): returns once it does (a hung one: when it wakes up).
-                    Box::new(move || {
-                        let (root, _) = s.root()?;
-                        match s.revalidate(&root) {
-                            Some(r) => r.map(|_| ()),
-                            None => s.statfs(&root).map(|_| ()),
-                        }
-                        .map(|_| tierfs_store::Reconnect::Same)
-                    })
-                });
-                Err(tierfs_store::Errno::ENOTCONN)
-            }
+            None => self.timed_out(c, limit),
         }
+    }
+
+    /// A call given up at its deadline: the store is taken for hung (cached answers served,
+    /// ENOTCONN for the rest) until a probe of it returns.
+    fn timed_out<T>(&self, c: &AtomicU64, limit: std::time::Duration) -> Result<T> {
+        c.fetch_add(1, Relaxed);
+        self.health.timed_out(limit, || {
+            let s = self.inner.clone();
+            // A request the store itself must answer (not its client's attribute
+            // cache): returns once it does (a hung one: when it wakes up).
+            Box::new(move || {
+                let (root, _) = s.root()?;
+                match s.revalidate(&root) {
+                    Some(r) => r.map(|_| ()),
+                    None => s.statfs(&root).map(|_| ()),
+                }
+                .map(|_| tierfs_store::Reconnect::Same)
+            })
+        });
+        Err(tierfs_store::Errno::ENOTCONN)
     }
 
     fn count<T>(&self, c: &AtomicU64, r: Result<T>) -> Result<T> {
@@ -357,6 +368,9 @@ impl<S: Store> Store for CountedStore<S> {
     }
     fn may_hang(&self) -> bool {
         self.inner.may_hang()
+    }
+    fn keeps_call_limit(&self) -> bool {
+        self.inner.keeps_call_limit()
     }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()

@@ -342,6 +342,9 @@ impl<S: Store> Store for IdStore<S> {
     fn may_hang(&self) -> bool {
         self.inner.may_hang()
     }
+    fn keeps_call_limit(&self) -> bool {
+        self.inner.keeps_call_limit()
+    }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
     }

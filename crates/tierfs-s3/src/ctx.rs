@@ -181,13 +181,25 @@ impl Ctx {
         &self,
         f: impl std::future::Future<Output = object_store::Result<T>>,
     ) -> Result<T> {
-        self.client()?.rt.block_on(f).map_err(|e| {
+        self.block(self.client()?, f)?.map_err(|e| {
             let n = errno(&e);
             if n == Errno::EIO {
                 tracing::warn!("s3://{}: {e}", self.cfg.bucket);
             }
             n
         })
+    }
+
+    /// `f` on the client's runtime, given up with ETIMEDOUT at the deadline of the call
+    /// running on this thread, if its caller set one (`Store::keeps_call_limit`).
+    pub(crate) fn block<F: std::future::Future>(&self, c: &Client, f: F) -> Result<F::Output> {
+        match tierfs_store::call_limit::deadline() {
+            None => Ok(c.rt.block_on(f)),
+            Some(at) => {
+                c.rt.block_on(async { tokio::time::timeout_at(at.into(), f).await })
+                    .map_err(|_| Errno(libc::ETIMEDOUT))
+            }
+        }
     }
 
     /// The live staging of `rel`, if a handle holds one.

@@ -66,11 +66,11 @@ impl Store for S3Store {
         // The object and anything under `key/`, both at once: one round trip's worth. A
         // directory hides a file of the same name (as mountpoint-s3 does).
         let c = self.client()?;
-        let (head, under) = c.rt.block_on(async {
+        let (head, under) = self.block(c, async {
             let head = c.s3.head(&key);
             let under = async { c.s3.list(Some(&key)).next().await.transpose() };
             futures::join!(head, under)
-        });
+        })?;
         match under {
             Ok(Some(_)) => {
                 let mut a = dir_attr(self.owner, self.born);
@@ -363,6 +363,10 @@ impl Store for S3Store {
 
     /// A LIST page gives 1,000 keys with their size, time and ETag.
     fn may_hang(&self) -> bool {
+        true
+    }
+    /// Its requests are futures: dropped at the deadline (`S3Store::block`).
+    fn keeps_call_limit(&self) -> bool {
         true
     }
     fn listing_carries_attrs(&self) -> bool {

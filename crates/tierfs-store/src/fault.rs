@@ -351,6 +351,10 @@ impl<S: Store> Store for FaultStore<S> {
     fn may_hang(&self) -> bool {
         self.inner.may_hang()
     }
+    /// Not forwarded: an injected hang blocks the thread, which only a worker can wait out.
+    fn keeps_call_limit(&self) -> bool {
+        false
+    }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
     }

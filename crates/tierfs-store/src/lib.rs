@@ -6,6 +6,7 @@
 //! injects latency, EIO, ENOSPC and hangs for tests.
 
 mod attr;
+pub mod call_limit;
 mod errno;
 mod fault;
 mod identity;
@@ -183,6 +184,12 @@ pub trait Store: Send + Sync + 'static {
     /// filesystem, a FUSE mount, a bucket or an sftp server): the calls a cache can answer
     /// for get a deadline (`store.timeout`), past which what is cached is served.
     fn may_hang(&self) -> bool {
+        false
+    }
+    /// The store gives up a call itself once [`call_limit::deadline`] has passed, answering
+    /// ETIMEDOUT (its requests are futures it can drop): the calls with a deadline then run
+    /// on the caller's thread, not on a worker it waits for (see `call_limit`).
+    fn keeps_call_limit(&self) -> bool {
         false
     }
     /// A directory's attributes follow the names in it: a create or unlink there moves its
