@@ -1,22 +1,21 @@
 //! tierfs-netdelay: a TCP relay that adds a fixed one-way delay in each direction, for
 //! benchmarking over a network link with a round trip the kernel cannot add here (no `netem`).
 //!
-//! Every accepted connection gets a connection to `--connect`; per direction one thread reads
-//! what arrives (up to 256 KiB at a time), stamps it with its arrival time, queues it, and
-//! sends each chunk once `arrival + delay` has passed, waiting in one `ppoll` for whichever
-//! comes first. The relay is the emulated link and shares the CPUs with what it measures, so
-//! it must cost as little per byte and per request as it can: a real link costs the hosts
-//! nothing. A large chunk's buffer is read into again once sent (a fresh buffer per chunk cost
-//! page faults and a copy: 26% of both CPUs during a 1 GiB S3 read), and there is no hand-off
-//! between threads (a reader and a writer thread per direction cost 0.69 ms of CPU per S3
-//! request round trip). Reading goes on while chunks wait, so the delay is added to every
-//! byte without capping throughput (the queue is bounded only to keep a stalled peer from
-//! growing it without end). `--stats` serves the byte counters as one
+//! Every accepted connection gets a connection to `--connect`; per direction a reader thread
+//! reads what arrives (up to 256 KiB at a time), stamps it with its arrival time and queues it;
+//! a writer thread sends each chunk once `arrival + delay` has passed. A large chunk's buffer
+//! goes back to the reader once sent and is read into again: the relay is the emulated link
+//! and shares the CPUs with what it measures, so it must cost as little per byte as it can
+//! (a fresh buffer per chunk cost it page faults and a copy: 26% of both CPUs during a 1 GiB
+//! S3 read through it). The two are pipelined,
+//! so the delay is added to every byte without capping throughput (the queue is bounded only to
+//! keep a stalled peer from growing it without end). `--stats` serves the byte counters as one
 //! JSON line to whoever connects there.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -78,108 +77,92 @@ impl Counters {
     }
 }
 
-/// Big buffers kept for reuse per direction (sent chunks come back to be read into).
-const SPARE_BUFFERS: usize = 8;
+/// A chunk read from one side, with the time it arrived; `None` data = end of stream.
+struct Chunk {
+    at: Instant,
+    data: Option<Vec<u8>>,
+}
 
-/// One direction of a connection, in one thread: reads what `src` sends, stamps each chunk
-/// with its arrival, and writes it to `dst` once `arrival + delay` has passed. The thread
-/// waits in one `ppoll` for whichever comes first, more data or the next chunk's due time:
-/// no hand-off between a reader and a writer thread (that cost two extra thread switches per
-/// chunk, 0.69 ms of CPU per S3 request round trip, as much as tierfs itself spent).
-fn direction(mut src: TcpStream, mut dst: TcpStream, args: &Args, bytes: &AtomicU64, c: &Counters) {
-    use std::collections::VecDeque;
-    use std::os::fd::AsRawFd;
-    let (delay, chunk) = (Duration::from_micros(args.delay_us), args.chunk);
-    let late = delay + Duration::from_millis(1);
-    // (arrival, data); None = the sender closed: passed on as a half-close, after the delay.
-    let mut q: VecDeque<(Instant, Option<Vec<u8>>)> = VecDeque::new();
-    let mut spare: Vec<Vec<u8>> = Vec::new();
+fn reader(mut src: TcpStream, tx: SyncSender<Chunk>, back: Receiver<Vec<u8>>, chunk: usize) {
     let mut buf = vec![0u8; chunk];
-    let mut eof = false;
     loop {
-        let now = Instant::now();
-        while let Some(&(at, _)) = q.front() {
-            if at + delay > now {
-                break;
-            }
-            if now - at > late {
-                c.late_chunks.fetch_add(1, Relaxed);
-            }
-            let Some((_, data)) = q.pop_front() else {
-                break;
-            };
-            let Some(d) = data else {
-                let _ = dst.shutdown(Shutdown::Write);
-                return;
-            };
-            if dst.write_all(&d).is_err() {
-                // The receiving side is gone: stop reading from the sender too.
-                let _ = src.shutdown(Shutdown::Both);
-                let _ = dst.shutdown(Shutdown::Both);
-                return;
-            }
-            bytes.fetch_add(d.len() as u64, Relaxed);
-            c.chunks.fetch_add(1, Relaxed);
-            if d.capacity() >= chunk && spare.len() < SPARE_BUFFERS {
-                spare.push(d);
-            }
-        }
-        // Read while the queue has room (a stalled receiver holds the sender back).
-        let reading = !eof && q.len() < args.queue;
-        let wait = q
-            .front()
-            .map(|&(at, _)| (at + delay).saturating_duration_since(Instant::now()));
-        let ts = wait.map(|w| libc::timespec {
-            tv_sec: w.as_secs() as libc::time_t,
-            tv_nsec: w.subsec_nanos() as libc::c_long,
-        });
-        let mut pfd = libc::pollfd {
-            fd: src.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let n = unsafe {
-            libc::ppoll(
-                &mut pfd,
-                reading as libc::nfds_t,
-                ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
-                std::ptr::null(),
-            )
-        };
-        if n < 0 && std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
-            eprintln!(
-                "tierfs-netdelay: ppoll: {}",
-                std::io::Error::last_os_error()
-            );
-            return;
-        }
-        if !reading || n <= 0 || pfd.revents == 0 {
-            continue;
-        }
         match src.read(&mut buf) {
             Ok(0) | Err(_) => {
-                eof = true;
-                q.push_back((Instant::now(), None));
+                let _ = tx.send(Chunk {
+                    at: Instant::now(),
+                    data: None,
+                });
+                return;
             }
             Ok(n) => {
-                // A small chunk (a request, an ack) is copied out and the buffer kept; a
-                // large one is queued as it is, and a sent buffer is read into next.
+                // A small chunk (a request, an ack) is copied out and the buffer kept; a large
+                // one is sent as it is, and a buffer the writer has sent comes back for the
+                // next read (a queue of small chunks never holds large buffers).
                 let data = if n < chunk / 4 {
                     buf[..n].to_vec()
                 } else {
-                    let mut next = spare.pop().unwrap_or_else(|| vec![0u8; chunk]);
+                    let mut next = back.try_recv().unwrap_or_else(|_| vec![0u8; chunk]);
                     next.resize(chunk, 0);
                     let mut full = std::mem::replace(&mut buf, next);
                     full.truncate(n);
                     full
                 };
-                q.push_back((Instant::now(), Some(data)));
+                let c = Chunk {
+                    at: Instant::now(),
+                    data: Some(data),
+                };
+                if tx.send(c).is_err() {
+                    return; // the writer gave up: its peer is gone
+                }
             }
         }
     }
 }
 
-fn relay(client: TcpStream, args: Arc<Args>, c: Arc<Counters>) {
+#[allow(clippy::too_many_arguments)]
+fn writer(
+    mut dst: TcpStream,
+    src: TcpStream,
+    rx: Receiver<Chunk>,
+    back: SyncSender<Vec<u8>>,
+    chunk: usize,
+    delay: Duration,
+    bytes: &AtomicU64,
+    c: &Counters,
+) {
+    let late = delay + Duration::from_millis(1);
+    for Chunk { at, data } in rx {
+        let due = at + delay;
+        let now = Instant::now();
+        if due > now {
+            thread::sleep(due - now);
+        } else if now - at > late {
+            c.late_chunks.fetch_add(1, Relaxed);
+        }
+        match data {
+            Some(d) => {
+                if dst.write_all(&d).is_err() {
+                    break;
+                }
+                bytes.fetch_add(d.len() as u64, Relaxed);
+                c.chunks.fetch_add(1, Relaxed);
+                if d.capacity() >= chunk {
+                    let _ = back.try_send(d); // full or reader gone: dropped
+                }
+            }
+            None => {
+                // The sending side closed: pass the half-close on, after the delay.
+                let _ = dst.shutdown(Shutdown::Write);
+                return;
+            }
+        }
+    }
+    // The receiving side is gone: stop reading from the sender too, so both ends close.
+    let _ = src.shutdown(Shutdown::Both);
+    let _ = dst.shutdown(Shutdown::Both);
+}
+
+fn relay(client: TcpStream, args: &Args, c: Arc<Counters>) {
     let server = match TcpStream::connect_timeout(&args.connect, Duration::from_secs(10)) {
         Ok(s) => s,
         Err(e) => {
@@ -190,6 +173,7 @@ fn relay(client: TcpStream, args: Arc<Args>, c: Arc<Counters>) {
     for s in [&client, &server] {
         let _ = s.set_nodelay(true);
     }
+    let delay = Duration::from_micros(args.delay_us);
     c.connections.fetch_add(1, Relaxed);
     c.active.fetch_add(1, Relaxed);
     let mut handles = Vec::new();
@@ -199,16 +183,25 @@ fn relay(client: TcpStream, args: Arc<Args>, c: Arc<Counters>) {
         } else {
             (&server, &client)
         };
-        let (Ok(src), Ok(dst)) = (from.try_clone(), to.try_clone()) else {
-            eprintln!("tierfs-netdelay: cannot clone a socket");
-            let _ = client.shutdown(Shutdown::Both);
-            let _ = server.shutdown(Shutdown::Both);
-            break;
+        let (tx, rx) = sync_channel::<Chunk>(args.queue);
+        // Sent buffers on their way back to the reader: a few are enough to go round.
+        let (back_tx, back_rx) = sync_channel::<Vec<u8>>(8);
+        let (r_src, w_dst, w_src) = match (from.try_clone(), to.try_clone(), from.try_clone()) {
+            (Ok(a), Ok(b), Ok(d)) => (a, b, d),
+            _ => {
+                eprintln!("tierfs-netdelay: cannot clone a socket");
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                c.active.fetch_sub(1, Relaxed);
+                return;
+            }
         };
-        let (a, cw) = (args.clone(), c.clone());
+        let chunk = args.chunk;
+        handles.push(thread::spawn(move || reader(r_src, tx, back_rx, chunk)));
+        let cw = c.clone();
         handles.push(thread::spawn(move || {
             let bytes = if up { &cw.bytes_up } else { &cw.bytes_down };
-            direction(src, dst, &a, bytes, &cw);
+            writer(w_dst, w_src, rx, back_tx, chunk, delay, bytes, &cw);
         }));
     }
     for h in handles {
@@ -256,7 +249,7 @@ fn main() {
         match listener.accept() {
             Ok((client, _)) => {
                 let (a, c2) = (args.clone(), c.clone());
-                thread::spawn(move || relay(client, a, c2));
+                thread::spawn(move || relay(client, &a, c2));
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
