@@ -51,6 +51,8 @@ pub struct Config {
     pub(crate) wb_seg_set: bool,
     pub(crate) attr_ttl_set: bool,
     pub(crate) entry_ttl_set: bool,
+    /// The keys given with `-o` (not by a config file), for [`Config::refuse_foreign_options`].
+    pub(crate) option_keys: Vec<String>,
 }
 
 /// Generic mount options that mount(8) and /etc/fstab pass along; accepted and, where they
@@ -151,6 +153,7 @@ impl Default for Config {
             wb_hard_set: false,
             wb_seg_set: false,
             attr_ttl_set: false,
+            option_keys: Vec::new(),
             entry_ttl_set: false,
         }
     }
@@ -367,11 +370,39 @@ impl Config {
             return Ok(());
         }
         match opt.split_once('=') {
-            Some((k, v)) => self.set(k.trim(), v.trim()),
+            Some((k, v)) => {
+                self.set(k.trim(), v.trim())?;
+                self.option_keys.push(k.trim().to_string());
+                Ok(())
+            }
             None => {
                 bail!("unknown mount option {opt:?} (tunables are key=value, see docs/tunables.md)")
             }
         }
+    }
+
+    /// Refuses `-o` options of another kind of store than `kind` ("s3", "sftp", or "dir"),
+    /// which would be ignored without a word: `-o s3.endpoint=...` with `data/pre` (a
+    /// forgotten `s3://`) mounted a directory. Only `-o`: a config file may hold every kind's
+    /// settings for all the mounts that read it.
+    pub fn refuse_foreign_options(&self, kind: &str) -> Result<()> {
+        for k in &self.option_keys {
+            let Some((of, _)) = k
+                .split_once('.')
+                .filter(|(p, _)| matches!(*p, "s3" | "sftp"))
+            else {
+                continue;
+            };
+            if of != kind {
+                let store = match kind {
+                    "dir" => "a directory",
+                    "s3" => "an s3:// bucket",
+                    _ => "an sftp:// server",
+                };
+                bail!("option {k} is for {of}:// stores; this store is {store}");
+            }
+        }
+        Ok(())
     }
 
     /// Reads a TOML file: tables name the tunable's group, e.g. `[ram] max = "4G"`.

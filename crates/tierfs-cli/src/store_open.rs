@@ -19,6 +19,11 @@ pub static SFTP_STATS: OnceLock<Arc<tierfs_sftp::SftpStats>> = OnceLock::new();
 
 /// The store of `backing` (`url`: BACKING when it is an s3:// or sftp:// URL).
 pub fn open_store(backing: &Path, url: Option<&str>, config: &Config) -> Result<AnyStore> {
+    config.refuse_foreign_options(match url {
+        Some(u) if u.starts_with("s3://") => "s3",
+        Some(_) => "sftp",
+        None => "dir",
+    })?;
     match url {
         Some(url) if url.starts_with("s3://") => {
             let cfg = tierfs_s3::S3Config::resolve(

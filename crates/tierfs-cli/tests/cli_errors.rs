@@ -112,6 +112,22 @@ fn backing_is_a_file() {
     nothing_mounted(&s.p("m"));
 }
 
+/// An option of another kind of store is refused, not ignored: `-o s3.endpoint=...` with a
+/// directory (a forgotten `s3://`) mounted the directory and dropped the endpoint.
+#[test]
+fn options_of_another_store_kind_are_refused() {
+    let s = Scratch::new();
+    for (opt, key) in [
+        ("s3.endpoint=http://127.0.0.1:9", "s3.endpoint"),
+        ("sftp.timeout=5s", "sftp.timeout"),
+    ] {
+        let out = tierfs(mount_args(&s, &s.p("b"), &s.p("m"), &["-o", opt]));
+        let line = one_line_error(&out, key);
+        assert!(line.contains("a directory"), "{line}");
+        nothing_mounted(&s.p("m"));
+    }
+}
+
 #[test]
 fn missing_mountpoint() {
     let s = Scratch::new();
