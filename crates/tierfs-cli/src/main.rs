@@ -270,9 +270,11 @@ fn main() {
             }
             if let Some(e) = &endpoint {
                 config.set("s3.endpoint", e)?;
+                config.option_keys.push("s3.endpoint".into()); // (as `-o`: checked per store)
             }
             if let Some(r) = &region {
                 config.set("s3.region", r)?;
+                config.option_keys.push("s3.region".into());
             }
             mount_cmd::run(mount_cmd::MountArgs {
                 backing,

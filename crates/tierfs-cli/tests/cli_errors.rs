@@ -126,6 +126,15 @@ fn options_of_another_store_kind_are_refused() {
         assert!(line.contains("a directory"), "{line}");
         nothing_mounted(&s.p("m"));
     }
+    let out = tierfs(mount_args(
+        &s,
+        &s.p("b"),
+        &s.p("m"),
+        &["--endpoint", "http://x:9"],
+    ));
+    let line = one_line_error(&out, "s3.endpoint");
+    assert!(line.contains("a directory"), "{line}");
+    nothing_mounted(&s.p("m"));
 }
 
 #[test]
