@@ -12,34 +12,26 @@
 //! writes, listings) wait as on a hard NFS mount. A store that cannot hang (a local disk)
 //! runs every call inline: the hand-off costs a few microseconds a call.
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use crate::pool::Pool;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Workers at most: past them, calls queue (and time out while the store hangs). Each
 /// blocked in a hung store is one thread left until it answers.
 const MAX_WORKERS: usize = 32;
 
-type Job = Box<dyn FnOnce() + Send>;
-
 pub(crate) struct Deadline {
     /// Milliseconds; 0: calls run inline (a store that cannot hang, or `store.timeout=0`).
     limit_ms: AtomicU64,
-    tx: Sender<Job>,
-    rx: Receiver<Job>,
-    idle: std::sync::Arc<AtomicUsize>,
-    workers: std::sync::Arc<AtomicUsize>,
+    /// Started as calls need them (a store that cannot hang starts none).
+    workers: Pool,
 }
 
 impl Deadline {
     pub(crate) fn new() -> Deadline {
-        let (tx, rx) = unbounded();
         Deadline {
             limit_ms: AtomicU64::new(0),
-            tx,
-            rx,
-            idle: Default::default(),
-            workers: Default::default(),
+            workers: Pool::growing("tierfs-deadline", MAX_WORKERS),
         }
     }
 
@@ -63,38 +55,12 @@ impl Deadline {
         let Some(limit) = self.limit() else {
             return Some(f());
         };
-        let (tx, rx) = bounded(1);
-        self.submit(Box::new(move || {
+        // (std's channel: its receive does not yield the CPU in a loop before it parks.)
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.workers.spawn(move || {
             let _ = tx.send(f());
-        }));
+        });
         rx.recv_timeout(limit).ok()
-    }
-
-    fn submit(&self, job: Job) {
-        if self.idle.load(Relaxed) == 0 && self.workers.load(Relaxed) < MAX_WORKERS {
-            self.spawn();
-        }
-        let _ = self.tx.send(job);
-    }
-
-    fn spawn(&self) {
-        let (rx, idle, workers) = (self.rx.clone(), self.idle.clone(), self.workers.clone());
-        workers.fetch_add(1, Relaxed);
-        let spawned = std::thread::Builder::new()
-            .name("tierfs-deadline".into())
-            .spawn(move || loop {
-                idle.fetch_add(1, Relaxed);
-                let job = rx.recv();
-                idle.fetch_sub(1, Relaxed);
-                match job {
-                    Ok(job) => job(),
-                    Err(_) => return,
-                }
-            });
-        if spawned.is_err() {
-            // No thread: the job waits for a worker that exists (or times out).
-            self.workers.fetch_sub(1, Relaxed);
-        }
     }
 }
 
@@ -114,7 +80,7 @@ mod tests {
         assert_eq!(d.run(|| 7), Some(7), "inline without a limit");
         d.set_limit(Duration::from_millis(200));
         assert_eq!(d.run(|| 8), Some(8));
-        let (stop_tx, stop_rx) = bounded::<()>(1);
+        let (stop_tx, stop_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let t = std::time::Instant::now();
         assert_eq!(
             d.run(move || {

@@ -28,40 +28,76 @@ struct Shared {
 
 pub struct Pool {
     shared: Arc<Shared>,
+    name: String,
+    /// Threads started, and the most that may be ([`Pool::growing`]).
+    threads: std::sync::atomic::AtomicUsize,
+    max: usize,
 }
 
 impl Pool {
+    /// `threads` threads, started now.
     pub fn new(name: &str, threads: usize) -> Pool {
-        let shared = Arc::new(Shared::default());
-        for i in 0..threads.max(1) {
-            let s = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("{name}-{i}"))
-                .spawn(move || {
-                    while let Some(job) = s.next() {
-                        // A bug in one job must not take a thread of the pool with it: after
-                        // `threads` of them the pool would serve nothing. (A FUSE request whose
-                        // job panicked gets EIO when its reply object is dropped.)
-                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-                            tracing::error!(
-                                "a job panicked in the {} pool",
-                                std::thread::current().name().unwrap_or("?")
-                            );
-                        }
-                    }
-                })
-                .expect("spawn pool thread");
+        let pool = Pool::growing(name, threads);
+        for _ in 0..pool.max {
+            pool.start_thread();
         }
-        Pool { shared }
+        pool
+    }
+
+    /// No thread at first; one is started for a job that finds none idle, up to `max`
+    /// (past them jobs queue).
+    pub fn growing(name: &str, max: usize) -> Pool {
+        Pool {
+            shared: Arc::default(),
+            name: name.to_string(),
+            threads: Default::default(),
+            max: max.max(1),
+        }
+    }
+
+    /// Starts one more thread, if fewer than `max` are; false if none could be.
+    fn start_thread(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = self.threads.fetch_add(1, Relaxed);
+        if i >= self.max {
+            self.threads.fetch_sub(1, Relaxed);
+            return false;
+        }
+        let s = self.shared.clone();
+        let started = std::thread::Builder::new()
+            .name(format!("{}-{i}", self.name))
+            .spawn(move || {
+                while let Some(job) = s.next() {
+                    // A bug in one job must not take a thread of the pool with it: after
+                    // `threads` of them the pool would serve nothing. (A FUSE request whose
+                    // job panicked gets EIO when its reply object is dropped.)
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                        tracing::error!(
+                            "a job panicked in the {} pool",
+                            std::thread::current().name().unwrap_or("?")
+                        );
+                    }
+                }
+            });
+        if started.is_err() {
+            self.threads.fetch_sub(1, Relaxed);
+            tracing::error!("{}: cannot start a thread", self.name);
+        }
+        started.is_ok()
     }
 
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         let mut q = self.shared.q.lock().unwrap_or_else(|e| e.into_inner());
         q.jobs.push_back(Box::new(job));
+        // Idle workers not yet taken by earlier jobs queued.
+        let idle = q.idle >= q.jobs.len();
         let wake = q.idle > 0;
         drop(q);
         if wake {
             self.shared.ready.notify_one();
+        }
+        if !idle {
+            self.start_thread();
         }
     }
 }
