@@ -164,6 +164,11 @@ impl<S: Store> CountedStore<S> {
                 let (root, _) = s.root()?;
                 match s.revalidate(&root) {
                     Some(r) => r.map(|_| ()),
+                    // S3: a bucket's root has no check and its statfs is made up, so the
+                    // probe answered at once and the store was "back" while the server
+                    // still hung: each later open waited `store.timeout` again. Its
+                    // reconnect lists the prefix (a request, bounded by its own timeout).
+                    None if s.keeps_call_limit() => s.reconnect().map(|_| ()),
                     None => s.statfs(&root).map(|_| ()),
                 }
                 .map(|_| tierfs_store::Reconnect::Same)
