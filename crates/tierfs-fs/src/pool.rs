@@ -58,6 +58,9 @@ impl Pool {
     /// Starts one more thread, if fewer than `max` are; false if none could be.
     fn start_thread(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        if self.threads.load(Relaxed) >= self.max {
+            return false; // (a full pool's every spawn while it is busy: no write)
+        }
         let i = self.threads.fetch_add(1, Relaxed);
         if i >= self.max {
             self.threads.fetch_sub(1, Relaxed);
