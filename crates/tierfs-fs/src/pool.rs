@@ -55,16 +55,16 @@ impl Pool {
         }
     }
 
-    /// Starts one more thread, if fewer than `max` are; false if none could be.
-    fn start_thread(&self) -> bool {
+    /// Starts one more thread, if fewer than `max` are.
+    fn start_thread(&self) {
         use std::sync::atomic::Ordering::Relaxed;
         if self.threads.load(Relaxed) >= self.max {
-            return false; // (a full pool's every spawn while it is busy: no write)
+            return; // (a full pool's every spawn while it is busy: no write)
         }
         let i = self.threads.fetch_add(1, Relaxed);
         if i >= self.max {
             self.threads.fetch_sub(1, Relaxed);
-            return false;
+            return;
         }
         let s = self.shared.clone();
         let started = std::thread::Builder::new()
@@ -86,7 +86,6 @@ impl Pool {
             self.threads.fetch_sub(1, Relaxed);
             tracing::error!("{}: cannot start a thread", self.name);
         }
-        started.is_ok()
     }
 
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
