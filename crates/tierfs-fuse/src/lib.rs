@@ -11,6 +11,7 @@ mod adapter_dir;
 mod adapter_file;
 mod adapter_ops;
 mod attr;
+mod inline;
 mod kernel_cache;
 mod killable;
 mod mount;

@@ -149,6 +149,9 @@ pub fn mount<S: Store>(
         notifier.clone(),
     )?));
     let ttls = Arc::new(KernelTtls::new(cfg.attr_ttl, cfg.entry_ttl));
+    // Requests run on the FUSE thread that read them where the store cannot hang and
+    // another FUSE thread stays free to read (see `inline`).
+    let inline = (!fs.store_may_hang() && cfg.threads >= 2).then(Default::default);
     let adapter = Adapter {
         fs,
         pool: Pool::new("tierfs-io", cfg.io_threads),
@@ -156,6 +159,7 @@ pub fn mount<S: Store>(
         notifier: notifier.clone(),
         direct_write_only: cfg.direct_write_only,
         waiting: Default::default(),
+        inline,
     };
     let own_mount = unsafe { libc::geteuid() } == 0;
     let session = if own_mount {

@@ -125,6 +125,12 @@ impl<S: Store> Fs<S> {
         self.ns.meta.enabled()
     }
 
+    /// Whether the store can hang rather than fail (`Store::may_hang`): a network
+    /// filesystem, a FUSE mount, a bucket, an sftp server; not a local disk.
+    pub fn store_may_hang(&self) -> bool {
+        self.sh.store.inner().may_hang()
+    }
+
     pub fn ram(&self) -> &RamCache {
         &self.sh.cache
     }
