@@ -21,9 +21,9 @@ def version_of(binary: str) -> str:
 
 def emulation(delay_us: int, versitygw: str, weed: str) -> str:
     ms = delay_us / 1000
-    return (f"origin: versitygw {version_of(versitygw)} (POSIX backend) behind a relay "
-            f"(tierfs-netdelay) adding {ms:g} ms each way ({2 * ms:g} ms round trip, no "
-            f"bandwidth cap); shared tier: SeaweedFS on loopback (weed {version_of(weed)}: "
+    return (f"origin: versitygw {version_of(versitygw)} (POSIX backend, keep-alive) behind a "
+            f"relay (tierfs-netdelay) adding {ms:g} ms each way ({2 * ms:g} ms round trip, one "
+            f"more for a new connection's handshake, no bandwidth cap); shared tier: SeaweedFS on loopback (weed {version_of(weed)}: "
             f"1 master, 3 volume servers, 2 copies, filer + S3 gateway), no added delay; both "
             f"servers' files in their page cache before each read")
 

@@ -265,9 +265,10 @@ def wl_s3(b: Bench) -> Result:
     env.start(args.s3_delay_us)
     env.warm_server()
     latency = s3small.head_and_list(env.endpoint, ACCESS, SECRET, BUCKET, PREFIX)
-    emulation = (f"versitygw v1.7.0 (POSIX backend) on loopback behind tierfs-netdelay adding "
-                 f"{args.s3_delay_us / 1000:g} ms each way ({2 * args.s3_delay_us / 1000:g} ms "
-                 f"round trip, no bandwidth cap); server files in its page cache")
+    emulation = (f"versitygw v1.7.0 (POSIX backend, keep-alive) on loopback behind tierfs-netdelay "
+                 f"adding {args.s3_delay_us / 1000:g} ms each way ({2 * args.s3_delay_us / 1000:g} "
+                 f"ms round trip, one more for a new connection's handshake, no bandwidth cap); "
+                 f"server files in its page cache")
     rows = []  # (what, contender, seconds, MB/s or None, note)
 
     def row(what, who, secs, nbytes=None, note=""):

@@ -58,9 +58,9 @@ def read_small(m, env, phase: str) -> dict:
 
 
 def curl_times(auth: list, urls: list, head: bool) -> list:
-    """Seconds of each request, one curl for all (versitygw answers `Connection: close`, so
-    each request opens a connection to the relay, on loopback: no added round trip); the
-    first, which pays curl's own start too, is dropped by the caller."""
+    """Seconds of each request, one curl for all, on one kept-alive connection (versitygw
+    runs with --keep-alive, scripts/s3-server); the first, which pays curl's own start and
+    the connection's handshake round trip (the relay adds it), is dropped by the caller."""
     cmd = ["curl", "-s", "-w", "%{http_code} %{time_total}\\n", *auth]
     if head:
         cmd.append("-I")

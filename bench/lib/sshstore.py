@@ -9,7 +9,8 @@ runs in a network namespace the bench creates:
 
 Both veth ends have a `tbf rate 1gbit` qdisc (egress, so each direction is capped at 1 Gbit/s).
 The kernel has no `netem`, so the round trip comes from bench/netdelay (`tierfs-netdelay`): a
-TCP relay that holds every chunk for a fixed delay in each direction, pipelined (no rate cap).
+TCP relay that holds every chunk for a fixed delay in each direction, pipelined (no rate cap),
+and a new connection's first bytes for its handshake's round trip too.
 sshd serves the same bench/work/backing directory the slowfs profiles use; the harness reads
 the backing files into the page cache before measured steps, as for slowfs (the server's RAM),
 so the store is bounded by the link, the delay and ssh, not by the local disk.

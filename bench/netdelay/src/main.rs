@@ -11,6 +11,11 @@
 //! so the delay is added to every byte without capping throughput (the queue is bounded only to
 //! keep a stalled peer from growing it without end). `--stats` serves the byte counters as one
 //! JSON line to whoever connects there.
+//!
+//! A new connection costs a round trip on a real link before its first byte can leave (SYN,
+//! SYN-ACK); here the kernel accepts it on loopback at once. So what a client sends first is
+//! held until a round trip after the accept has passed, then delayed as any byte: a client
+//! that connects anew for each request pays what it would pay over the link.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -127,12 +132,13 @@ fn writer(
     back: SyncSender<Vec<u8>>,
     chunk: usize,
     delay: Duration,
+    not_before: Instant,
     bytes: &AtomicU64,
     c: &Counters,
 ) {
     let late = delay + Duration::from_millis(1);
     for Chunk { at, data } in rx {
-        let due = at + delay;
+        let due = at.max(not_before) + delay;
         let now = Instant::now();
         if due > now {
             thread::sleep(due - now);
@@ -163,6 +169,7 @@ fn writer(
 }
 
 fn relay(client: TcpStream, args: &Args, c: Arc<Counters>) {
+    let accepted = Instant::now();
     let server = match TcpStream::connect_timeout(&args.connect, Duration::from_secs(10)) {
         Ok(s) => s,
         Err(e) => {
@@ -199,9 +206,15 @@ fn relay(client: TcpStream, args: &Args, c: Arc<Counters>) {
         let chunk = args.chunk;
         handles.push(thread::spawn(move || reader(r_src, tx, back_rx, chunk)));
         let cw = c.clone();
+        // The handshake: the client's first byte leaves once the SYN-ACK is back (a round
+        // trip), and reaches the server a one-way delay later, when the server has the
+        // connection; what the server sends first (an SSH banner) leaves then.
+        let not_before = accepted + if up { 2 * delay } else { 3 * delay };
         handles.push(thread::spawn(move || {
             let bytes = if up { &cw.bytes_up } else { &cw.bytes_down };
-            writer(w_dst, w_src, rx, back_tx, chunk, delay, bytes, &cw);
+            writer(
+                w_dst, w_src, rx, back_tx, chunk, delay, not_before, bytes, &cw,
+            );
         }));
     }
     for h in handles {
