@@ -340,6 +340,13 @@ impl Store for AnyStore {
             AnyStore::Sftp(s) => s.keeps_call_limit(),
         }
     }
+    fn probe(&self) -> Result<()> {
+        match self {
+            AnyStore::Posix(s) => s.probe(),
+            AnyStore::S3(s) => s.probe(),
+            AnyStore::Sftp(s) => s.probe(),
+        }
+    }
     fn max_file_size(&self) -> u64 {
         match self {
             AnyStore::Posix(s) => s.max_file_size(),

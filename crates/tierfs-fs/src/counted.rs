@@ -158,21 +158,7 @@ impl<S: Store> CountedStore<S> {
         c.fetch_add(1, Relaxed);
         self.health.timed_out(limit, || {
             let s = self.inner.clone();
-            // A request the store itself must answer (not its client's attribute
-            // cache): returns once it does (a hung one: when it wakes up).
-            Box::new(move || {
-                let (root, _) = s.root()?;
-                match s.revalidate(&root) {
-                    Some(r) => r.map(|_| ()),
-                    // S3: a bucket's root has no check and its statfs is made up, so the
-                    // probe answered at once and the store was "back" while the server
-                    // still hung: each later open waited `store.timeout` again. Its
-                    // reconnect lists the prefix (a request, bounded by its own timeout).
-                    None if s.keeps_call_limit() => s.reconnect().map(|_| ()),
-                    None => s.statfs(&root).map(|_| ()),
-                }
-                .map(|_| tierfs_store::Reconnect::Same)
-            })
+            Box::new(move || s.probe().map(|_| tierfs_store::Reconnect::Same))
         });
         Err(tierfs_store::Errno::ENOTCONN)
     }
@@ -376,6 +362,9 @@ impl<S: Store> Store for CountedStore<S> {
     }
     fn keeps_call_limit(&self) -> bool {
         self.inner.keeps_call_limit()
+    }
+    fn probe(&self) -> Result<()> {
+        self.inner.probe()
     }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()

@@ -345,6 +345,9 @@ impl<S: Store> Store for IdStore<S> {
     fn keeps_call_limit(&self) -> bool {
         self.inner.keeps_call_limit()
     }
+    fn probe(&self) -> Result<()> {
+        self.inner.probe()
+    }
     fn dirs_track_names(&self) -> bool {
         self.inner.dirs_track_names()
     }

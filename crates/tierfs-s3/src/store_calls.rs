@@ -369,6 +369,13 @@ impl Store for S3Store {
     fn keeps_call_limit(&self) -> bool {
         true
     }
+    /// A listing of the prefix (a request, bounded by its own timeout): a bucket's root has
+    /// no check and its statfs is made up, so the default probe answered at once and a
+    /// stopped server was "back" after a second: each later open waited `store.timeout`
+    /// again.
+    fn probe(&self) -> Result<()> {
+        self.reconnect().map(|_| ())
+    }
     fn listing_carries_attrs(&self) -> bool {
         true
     }

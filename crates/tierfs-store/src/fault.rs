@@ -352,6 +352,8 @@ impl<S: Store> Store for FaultStore<S> {
         self.inner.may_hang()
     }
     /// Not forwarded: an injected hang blocks the thread, which only a worker can wait out.
+    /// (Nor is `probe`: the default asks this store's root check or statfs, through its
+    /// faults, so an injected hang keeps the store taken for hung until it ends.)
     fn keeps_call_limit(&self) -> bool {
         false
     }

@@ -74,6 +74,18 @@ pub trait Store: Send + Sync + 'static {
     fn reconnect(&self) -> Result<Reconnect> {
         Ok(Reconnect::Same)
     }
+    /// A request the store itself must answer (not its client's attribute cache), to learn
+    /// whether a store taken for hung answers again: returns once it does (a hung one: when
+    /// it wakes up, or with an error). The default checks the root, else asks statfs. A
+    /// store whose root needs no check and whose statfs is made up (S3) must ask something
+    /// real, or a stopped server would be "back" at once.
+    fn probe(&self) -> Result<()> {
+        let (root, _) = self.root()?;
+        match self.revalidate(&root) {
+            Some(r) => r.map(|_| ()),
+            None => self.statfs(&root).map(|_| ()),
+        }
+    }
     fn lookup(&self, parent: &Self::Node, name: &OsStr) -> Result<(Self::Node, Attr)>;
     /// The node of `name` in `parent`, an object of kind `kind` a listing showed, made
     /// without asking the store; None (the default) where a node needs the store (a file
