@@ -188,7 +188,7 @@ def result(b, runs: list, files: list, total: int, tier, env, left: list, ctx: d
         res.details.append((f"tierfs stats --json, {r.label}", r.stats_json))
     h1 = h["host1"].seconds
     res.plot = {
-        "title": f"Shared tier: 3 hosts read {total / (1 << 30):.2f} GiB cold, one after another",
+        "title": f"Shared tier: each host reads {total / (1 << 30):.2f} GiB cold, one after another",
         "subtitle": em,
         "panels": [
             {"title": "seconds to read the dataset (lower is better)", "unit": "s",
