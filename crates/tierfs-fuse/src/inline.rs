@@ -4,11 +4,13 @@
 //!
 //! The hand-off to the pool costs a thread wake-up per request, as much as the FUSE round
 //! trip itself on this VM: over a local directory store (tmpfs), a `chmod` through tierfs
-//! took 47 us handed off and 24.5 us here, an untar of 4,519 files 1.86-1.92 s against
-//! 1.26-1.45 s. The pool is there so that a store call that waits does not hold a FUSE
+//! took 47 us handed off and 24.4 us here, an untar of 4,519 files 1.86-1.92 s against
+//! 1.29-1.37 s. The pool is there so that a store call that waits does not hold a FUSE
 //! thread while other requests (cached reads) queue behind it. Hence the two conditions:
-//! - the store cannot hang (`Store::may_hang`: a local disk fails rather than hangs); a
-//!   network filesystem, FUSE mount, bucket or sftp server always goes through the pool;
+//! - the store cannot hang (`Store::may_hang`: a local disk fails rather than hangs), or the
+//!   user said to wait for it as for one (`store.timeout=0`: a FUSE store over local disks,
+//!   such as mergerfs); a network filesystem, FUSE mount, bucket or sftp server with a
+//!   `store.timeout` always goes through the pool;
 //! - one FUSE thread at a time: the others keep reading requests and handing them to the
 //!   pool, so a slow call here (an HDD seek, an fsync) costs at most one thread's turn.
 //!   With `fuse.threads=1` there is no other thread, and no slot.
@@ -34,7 +36,9 @@ impl Drop for Turn<'_> {
 impl InlineSlot {
     /// The turn, if no other thread is running a job inline; None: hand the job to the pool.
     pub(crate) fn take(&self) -> Option<Turn<'_>> {
-        (!self.taken.swap(true, Ordering::Acquire)).then_some(Turn(&self.taken))
+        // `then`, not `then_some`: a `Turn` made and dropped by a thread that did not get
+        // the slot would free it under the thread that holds it.
+        (!self.taken.swap(true, Ordering::Acquire)).then(|| Turn(&self.taken))
     }
 }
 
@@ -70,6 +74,10 @@ mod tests {
         assert!(
             slot.take().is_none(),
             "no second turn while a job runs inline"
+        );
+        assert!(
+            slot.take().is_none(),
+            "a turn refused does not free the slot of the thread that has it"
         );
         release.send(()).unwrap();
         holder.join().unwrap();

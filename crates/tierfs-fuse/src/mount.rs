@@ -149,9 +149,10 @@ pub fn mount<S: Store>(
         notifier.clone(),
     )?));
     let ttls = Arc::new(KernelTtls::new(cfg.attr_ttl, cfg.entry_ttl));
-    // Requests run on the FUSE thread that read them where the store cannot hang and
-    // another FUSE thread stays free to read (see `inline`).
-    let inline = (!fs.store_may_hang() && cfg.threads >= 2).then(Default::default);
+    // Requests run on the FUSE thread that read them where the store cannot hang (or
+    // `store.timeout=0` says to wait for it as for a disk) and another FUSE thread stays
+    // free to read (see `inline`).
+    let inline = (!fs.store_hang_guarded() && cfg.threads >= 2).then(Default::default);
     let adapter = Adapter {
         fs,
         pool: Pool::new("tierfs-io", cfg.io_threads),

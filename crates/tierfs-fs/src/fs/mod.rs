@@ -125,10 +125,11 @@ impl<S: Store> Fs<S> {
         self.ns.meta.enabled()
     }
 
-    /// Whether the store can hang rather than fail (`Store::may_hang`): a network
-    /// filesystem, a FUSE mount, a bucket, an sftp server; not a local disk.
-    pub fn store_may_hang(&self) -> bool {
-        self.sh.store.inner().may_hang()
+    /// Whether the store's calls are guarded against a store that hangs (`store.timeout` on
+    /// a store that can hang rather than fail: a network filesystem, a FUSE mount, a bucket,
+    /// an sftp server; not a local disk, nor any store with `store.timeout=0`).
+    pub fn store_hang_guarded(&self) -> bool {
+        self.sh.store.inner().has_deadline()
     }
 
     pub fn ram(&self) -> &RamCache {
