@@ -1425,6 +1425,44 @@ fn cstr(p: &Path) -> std::ffi::CString {
     std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
+/// `cp -a`, `rsync -X` and `tar --xattrs` list every file's extended attributes: a store
+/// request each (a round trip over NFS). A file the store listed none for is answered from
+/// the metadata cache while its ctime stays the same (an xattr change moves it), as the
+/// absence of one name already was; a name set through the mount, or on the store once the
+/// attributes are asked again, is listed.
+#[test]
+fn an_empty_xattr_list_is_cached_until_the_ctime_moves() {
+    let m = BinMount::new(&["meta.ttl=1s"]);
+    let f = m.backing.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let mf = mnt.join("f");
+        let other = || n(&stats_of(&mnt), "backing.other");
+        std::fs::metadata(&mf).unwrap();
+        assert!(xattr_names(&mf).is_empty());
+        let asked = other();
+        for _ in 0..5 {
+            assert!(xattr_names(&mf).is_empty());
+            assert_eq!(xattr(&mf, "user.absent", None), Err(libc::ENODATA));
+        }
+        assert_eq!(other(), asked, "an empty list asked of the store again");
+        // Set through the mount: listed at once.
+        xattr(&mf, "user.through", Some(b"1")).unwrap();
+        assert_eq!(xattr_names(&mf), vec!["user.through".to_string()]);
+        let (c, name) = (cstr(&mf), std::ffi::CString::new("user.through").unwrap());
+        assert_eq!(unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) }, 0);
+        assert!(xattr_names(&mf).is_empty());
+        // Set on the store: its ctime moves, and once the attributes are asked again (after
+        // `meta.ttl`), the list is asked again too.
+        xattr(&f, "user.behind", Some(b"2")).unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::metadata(&mf).unwrap();
+        assert_eq!(xattr_names(&mf), vec!["user.behind".to_string()]);
+        assert_eq!(xattr(&mf, "user.behind", None), Ok(b"2".to_vec()));
+    });
+}
+
 /// POSIX ACLs and SELinux labels are not kept by the mount (ACLs would not be enforced: the
 /// kernel checks mode bits alone on it), so their names answer EOPNOTSUPP whatever the store
 /// holds, and are not listed; every other extended attribute passes through both ways.

@@ -50,7 +50,19 @@ impl MetaCache {
         };
         self.no_xattrs
             .get(&id)
-            .is_some_and(|e| e.0 == a.ctime && e.1.iter().any(|n| n == name))
+            .is_some_and(|e| e.0 == a.ctime && e.1.iter().any(|n| n == name || n.is_empty()))
+    }
+
+    /// Whether the store listed no extended attribute of `id`, and nothing moved its ctime
+    /// since: a listxattr answered here, and a getxattr of any name too.
+    pub fn lists_no_xattrs(&self, id: Ident) -> bool {
+        self.xattr_absent(id, OsStr::new(""))
+    }
+
+    /// The store listed no extended attribute of `id` (none the mount keeps), and the
+    /// attributes the cache trusts for `id` are those it had then (taken before asking).
+    pub fn put_lists_no_xattrs(&self, id: Ident, ctime: tierfs_store::TimeSpec) {
+        self.put_xattr_absent(id, OsStr::new(""), ctime);
     }
 
     /// The store answered ENODATA for `id`'s extended attribute `name`, and the attributes

@@ -138,8 +138,27 @@ impl<S: Store> Namespace<S> {
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
         self.xattrs()?;
         let i = self.inode(ino)?;
-        let list = self.sh.store.listxattr(&self.node(&i)?)?;
-        Ok(without_unkept(list))
+        if self.meta.lists_no_xattrs(i.id()) {
+            FsStats::add(&self.sh.stats.meta_hits, 1);
+            return Ok(Vec::new());
+        }
+        // Taken before asking: a change of the object meanwhile moves its ctime.
+        let before = self.meta.attr(i.id()).map(|(a, _)| a.ctime);
+        let list = without_unkept(self.sh.store.listxattr(&self.node(&i)?)?);
+        if let (true, Some(ctime)) = (list.is_empty(), before) {
+            self.meta.put_lists_no_xattrs(i.id(), ctime);
+        }
+        Ok(list)
+    }
+
+    /// `listxattr` when the cache knows the object has none (see `lists_no_xattrs`), for
+    /// the FUSE thread; None: ask the store.
+    pub(crate) fn listxattr_cached(&self, ino: u64) -> Option<Vec<u8>> {
+        let i = self.inodes.get(ino)?;
+        self.meta.lists_no_xattrs(i.id()).then(|| {
+            FsStats::add(&self.sh.stats.meta_hits, 1);
+            Vec::new()
+        })
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
