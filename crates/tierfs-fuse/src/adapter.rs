@@ -40,8 +40,9 @@ pub struct Adapter<S: Store> {
     pub direct_write_only: bool,
     /// Requests that may wait for the store, answered EINTR if their caller is killed.
     pub(crate) waiting: Arc<crate::killable::Waiting>,
-    /// Where the store cannot hang: requests run on the FUSE thread, one at a time
-    /// (`inline`); None: every request needing the store goes to the pool.
+    /// Where the store's calls have no deadline (a local disk, or `store.timeout=0`):
+    /// requests run on the FUSE thread, one at a time (`inline`); None: every request
+    /// needing the store goes to the pool.
     pub(crate) inline: Option<crate::inline::InlineSlot>,
 }
 
@@ -126,9 +127,9 @@ impl<S: Store> Adapter<S> {
         }
     }
 
-    /// Runs `job` on this FUSE thread when the store cannot hang and no other FUSE thread
-    /// runs one (see `inline`), else on the I/O pool with its own handle on the adapter's
-    /// state.
+    /// Runs `job` on this FUSE thread when the store's calls have no deadline and no other
+    /// FUSE thread runs one (see `inline`), else on the I/O pool with its own handle on the
+    /// adapter's state.
     pub(crate) fn spawn(&self, job: impl FnOnce(&Arc<Fs<S>>, Duration, Duration) + Send + 'static) {
         let (at, et) = (self.ttls.attr.get(), self.ttls.entry.get());
         if let Some(turn) = self.inline.as_ref().and_then(|s| s.take()) {
