@@ -272,3 +272,71 @@ fn main() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The time from connecting (or from sending, on a connection already open) to the
+    /// first byte of the echo server's answer to `b"ping"`.
+    fn answer_after(s: &mut TcpStream, t: Instant) -> Duration {
+        s.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        t.elapsed()
+    }
+
+    #[test]
+    fn a_request_costs_a_round_trip_and_a_new_connection_one_more() {
+        let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        thread::spawn(move || {
+            for mut s in echo.incoming().flatten() {
+                thread::spawn(move || {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 || s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let front_addr = front.local_addr().unwrap();
+        // Long enough that a loaded machine's scheduling (the suite runs beside it) stays
+        // well inside one delay.
+        let delay = Duration::from_millis(50);
+        let args = Arc::new(Args::parse_from([
+            "tierfs-netdelay",
+            "--listen",
+            &front_addr.to_string(),
+            "--connect",
+            &echo_addr.to_string(),
+            "--delay-us",
+            &delay.as_micros().to_string(),
+        ]));
+        thread::spawn(move || {
+            for client in front.incoming().flatten() {
+                let a = args.clone();
+                thread::spawn(move || relay(client, &a, Arc::new(Counters::default())));
+            }
+        });
+        let t = Instant::now();
+        let mut s = TcpStream::connect(front_addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        // The handshake's round trip, then the request's: four one-way delays.
+        let first = answer_after(&mut s, t);
+        assert!(
+            first >= 4 * delay,
+            "first answer on a new connection after {first:?}"
+        );
+        // On the open connection: one round trip (a handshake charged again would be two).
+        let again = answer_after(&mut s, Instant::now());
+        assert!(
+            again >= 2 * delay && again < 4 * delay,
+            "answer on an open connection after {again:?}"
+        );
+    }
+}
