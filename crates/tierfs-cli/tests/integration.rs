@@ -1441,6 +1441,7 @@ fn an_empty_xattr_list_is_cached_until_the_ctime_moves() {
         let other = || n(&stats_of(&mnt), "backing.other");
         std::fs::metadata(&mf).unwrap();
         assert!(xattr_names(&mf).is_empty());
+        assert_eq!(xattr(&mf, "user.absent", None), Err(libc::ENODATA));
         let asked = other();
         for _ in 0..5 {
             assert!(xattr_names(&mf).is_empty());

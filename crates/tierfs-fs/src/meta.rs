@@ -69,7 +69,7 @@ pub struct MetaCache {
     /// object had then: valid while its attributes are trusted and show that ctime (a change
     /// of an extended attribute moves it). `ls -l` asks for every file's ACL
     /// (`system.posix_acl_access`): over a network store, a round trip per file per listing.
-    /// The empty name stands for "none at all" (a listxattr that listed nothing: `cp -a`,
+    /// The empty name stands for an empty list (a listxattr that listed nothing: `cp -a`,
     /// `rsync -X` and `tar --xattrs` list every file's).
     no_xattrs: DashMap<Ident, (tierfs_store::TimeSpec, Vec<OsString>)>,
     /// What the store answers for an object without `security.capability` (ENODATA, or

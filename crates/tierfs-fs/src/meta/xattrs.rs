@@ -50,11 +50,13 @@ impl MetaCache {
         };
         self.no_xattrs
             .get(&id)
-            .is_some_and(|e| e.0 == a.ctime && e.1.iter().any(|n| n == name || n.is_empty()))
+            .is_some_and(|e| e.0 == a.ctime && e.1.iter().any(|n| n == name))
     }
 
     /// Whether the store listed no extended attribute of `id`, and nothing moved its ctime
-    /// since: a listxattr answered here, and a getxattr of any name too.
+    /// since: a listxattr answered here (kept as the empty name, which no attribute has).
+    /// Not a getxattr of other names: some a filesystem answers are never listed (ext4's
+    /// `system.data`, the NFS client's `system.nfs4_acl` on some kernels).
     pub fn lists_no_xattrs(&self, id: Ident) -> bool {
         self.xattr_absent(id, OsStr::new(""))
     }
