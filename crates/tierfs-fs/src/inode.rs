@@ -8,9 +8,9 @@
 //! hashes meet (or an object keep its number across a rename that gave it a new identity),
 //! the newcomer takes the next free number, recorded in `assigned` while it lives.
 
+use crate::fast_map::DashMap;
 use crate::file_state::FileState;
 use crate::identity::Ident;
-use dashmap::DashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -222,11 +222,11 @@ impl<S: Store> InodeTable<S> {
     pub fn new(root: S::Node, root_attr: &Attr, max_files: usize) -> Self {
         let t = InodeTable {
             root_id: (root_attr.dev, root_attr.ino),
-            inodes: DashMap::new(),
-            assigned: DashMap::new(),
-            kept: DashMap::new(),
+            inodes: DashMap::default(),
+            assigned: DashMap::default(),
+            kept: DashMap::default(),
             orphans: AtomicU64::new(0),
-            files: DashMap::new(),
+            files: DashMap::default(),
             max_files,
             file_nodes: Default::default(),
             dir_nodes: Default::default(),
@@ -396,10 +396,13 @@ impl<S: Store> InodeTable<S> {
         validated: Instant,
     ) -> Arc<Inode<S>> {
         let id = (attr.dev, attr.ino);
-        if let Some(old) = self.by_ident(id).filter(|i| i.replaced_by(id, attr.kind)) {
+        let mut ino = self.kernel_ino_of_ident(id);
+        let old = self.get(ino).filter(|i| i.id() == id);
+        if let Some(old) = old.filter(|i| i.replaced_by(id, attr.kind)) {
             self.retire(&old, id);
+            // (Retiring moved it off `id`, and so off any number `id` was assigned.)
+            ino = self.kernel_ino_of_ident(id);
         }
-        let mut ino = self.kernel_ino(attr);
         let file = (attr.kind == FileKind::File).then(|| self.file_state(attr, validated));
         let (mut node, mut origin) = (node, origin);
         let entry = loop {
@@ -474,15 +477,16 @@ impl<S: Store> InodeTable<S> {
         true
     }
 
-    /// FUSE forget: drops `n` lookups; the inode leaves the table at zero.
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// FUSE forget: drops `n` lookups; the inode leaves the table at zero, and is returned.
+    pub fn forget(&self, ino: u64, n: u64) -> Option<Arc<Inode<S>>> {
         if ino == crate::ROOT_INO {
-            return;
+            return None;
         }
-        if let Some((_, gone)) = self.inodes.remove_if(&ino, |_, i| {
+        let (_, gone) = self.inodes.remove_if(&ino, |_, i| {
             let prev = i.lookups.fetch_sub(n.min(i.lookups.load(Relaxed)), Relaxed);
             prev <= n
-        }) {
+        })?;
+        {
             let id = gone.id();
             self.assigned.remove_if(&id, |_, v| *v == ino);
             // (Not a pinned node: its name went away, and no inode to come will be it.)
@@ -496,6 +500,7 @@ impl<S: Store> InodeTable<S> {
                 }
             }
         }
+        Some(gone)
     }
 
     /// A rename through tierfs gave `inode`, identified by its path, the identity `new`: it

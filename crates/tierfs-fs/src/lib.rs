@@ -12,6 +12,7 @@ mod counted;
 mod data;
 mod deadline;
 mod dirty;
+mod fast_map;
 mod file_state;
 mod fs;
 mod health;

@@ -12,8 +12,8 @@
 //! one attribute record and our own operations patch both maps in place rather than dropping
 //! whole listings (an untar into one directory must not relist it per file).
 
+use crate::fast_map::DashMap;
 use crate::tune::AtomicDuration;
-use dashmap::DashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -97,12 +97,12 @@ impl MetaCache {
     pub fn new(ttl: Duration, max_entries: usize, path_identity: bool) -> MetaCache {
         MetaCache {
             path_identity,
-            attrs: DashMap::new(),
-            changed: DashMap::new(),
-            dirs: DashMap::new(),
-            links: DashMap::new(),
-            no_caps: DashMap::new(),
-            no_xattrs: DashMap::new(),
+            attrs: DashMap::default(),
+            changed: DashMap::default(),
+            dirs: DashMap::default(),
+            links: DashMap::default(),
+            no_caps: DashMap::default(),
+            no_xattrs: DashMap::default(),
             caps_absent: std::sync::atomic::AtomicI32::new(0),
             ttl: AtomicDuration::new(ttl),
             ttl_min: parking_lot::RwLock::new(None),

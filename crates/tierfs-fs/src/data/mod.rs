@@ -23,6 +23,7 @@ pub use open::OpenReply;
 pub(crate) use readahead::ReadAhead;
 pub use warm::{EvictReport, WarmError, WarmReport};
 
+use crate::fast_map::DashMap;
 use crate::file_state::FileState;
 use crate::inode::Inode;
 use crate::namespace::Namespace;
@@ -30,7 +31,6 @@ use crate::pool::Pool;
 use crate::shared::{Handle, Shared, St};
 use crate::stats::FsStats;
 use bytes::Bytes;
-use dashmap::DashMap;
 use parking_lot::Mutex;
 use seq_gate::SeqGate;
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
@@ -123,8 +123,8 @@ const PREFETCH_THREADS: usize = 8;
 impl<S: Store> Objects<S> {
     pub fn new(sh: Arc<Shared<S>>, ns: Arc<Namespace<S>>) -> Objects<S> {
         Objects {
-            files: DashMap::new(),
-            implicit: DashMap::new(),
+            files: DashMap::default(),
+            implicit: DashMap::default(),
             implicit_order: Mutex::new(Default::default()),
             next_fh: AtomicU64::new(1),
             flights: SingleFlight::new(Err(FetchError::Errno(Errno::EIO))),

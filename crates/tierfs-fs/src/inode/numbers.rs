@@ -4,13 +4,9 @@
 
 use super::{InodeTable, KEPT_MAX, SYNTHETIC_BASE};
 use crate::identity::Ident;
-use tierfs_store::{Attr, Store};
+use tierfs_store::Store;
 
 impl<S: Store> InodeTable<S> {
-    pub fn kernel_ino(&self, attr: &Attr) -> u64 {
-        self.kernel_ino_of_ident((attr.dev, attr.ino))
-    }
-
     /// The kernel inode number of identity `id`: the one its live inode has, else the one it
     /// would get (see the module documentation).
     pub fn kernel_ino_of_ident(&self, id: Ident) -> u64 {

@@ -14,8 +14,8 @@
 //! - opens of one file at once share one check, if it was issued after they began
 //!   ([`Checks::check`]); a check issued before an open began is never taken for it.
 
+use crate::fast_map::DashMap;
 use crate::identity::Ident;
-use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

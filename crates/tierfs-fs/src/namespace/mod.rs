@@ -27,12 +27,12 @@ pub(crate) use checks::Answer;
 pub use listing::{DirOpen, DirPage};
 pub use provisional::{is_provisional, ProvLookup, Provisional, PROV_DEV, STALL_PATIENCE};
 
+use crate::fast_map::DashMap;
 use crate::identity::Ident;
 use crate::inode::{Inode, InodeTable};
 use crate::meta::{ident, MetaCache, NameLookup};
 use crate::shared::{Listed, Node, Shared, St};
 use crate::stats::FsStats;
-use dashmap::DashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -118,15 +118,15 @@ impl<S: Store> Namespace<S> {
             meta,
             listings: SingleFlight::new(Err(Errno::EIO)),
             entry_stats: SingleFlight::new(()),
-            names_listed: DashMap::new(),
-            estale: DashMap::new(),
-            dirs: DashMap::new(),
+            names_listed: DashMap::default(),
+            estale: DashMap::default(),
+            dirs: DashMap::default(),
             next_dir_fh: AtomicU64::new(1),
             // SAFETY: geteuid has no preconditions.
             as_root: unsafe { libc::geteuid() } == 0,
             prov: Provisional::new(),
             listing_changes: AtomicU64::new(0),
-            listing_stamps: DashMap::new(),
+            listing_stamps: DashMap::default(),
             pin_lookups: parking_lot::Mutex::new(names::PinLookups::default()),
             absent: absent::Absent::default(),
             checks: checks::Checks::default(),
@@ -548,12 +548,14 @@ impl<S: Store> Namespace<S> {
 
     /// The kernel forgot `n` lookups of `ino`; true if it forgot the inode (and its pages).
     pub fn forget(&self, ino: u64, n: u64) -> bool {
-        let state = self.inodes.get(ino).and_then(|i| i.file.clone());
-        self.inodes.forget(ino, n);
+        let Some(gone) = self.inodes.forget(ino, n) else {
+            return false;
+        };
         if self.inodes.get(ino).is_some() {
+            // Its number went to an inode learnt meanwhile: that one's pages stay.
             return false;
         }
-        if let Some(st) = state {
+        if let Some(st) = &gone.file {
             st.served.reset();
         }
         true
