@@ -603,3 +603,69 @@ fn a_small_cache_filesystem_gets_sizes_that_fit() {
     assert!(line.contains("smaller than one segment"), "{line}");
     nothing_mounted(&s.p("m"));
 }
+
+/// A user who is not root mounts through fusermount3; where /dev/fuse is not open to that
+/// user (mode 0600 here; 0660 with a `fuse` group elsewhere) the one line says so, naming
+/// /dev/fuse, instead of a bare "Permission denied" on the mount point. Run as uid 65534
+/// (nobody), with a copy of the binary and directories it owns. Where /dev/fuse is open to
+/// everyone (Debian's 0666), the same user must get a working mount instead.
+#[test]
+fn a_user_who_may_not_use_dev_fuse_is_told_so() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let s = Scratch::new();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(s.p("c")).unwrap();
+    for d in ["b", "m", "c"] {
+        chown(s.p(d), Some(65534), Some(65534)).unwrap();
+    }
+    let bin = s.p("tierfs");
+    std::fs::copy(tierfs_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |args: &[&OsStr]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["timeout", "-k", "5", "20"])
+            .arg(&bin)
+            .args(args)
+            .env("HOME", s.dir.path())
+            .output()
+            .expect("run setpriv")
+    };
+    let (b, m, c) = (s.p("b"), s.p("m"), s.p("c"));
+    let mount: Vec<&OsStr> = vec![
+        OsStr::new("mount"),
+        b.as_os_str(),
+        m.as_os_str(),
+        OsStr::new("--cache-dir"),
+        c.as_os_str(),
+    ];
+    let open_to_others = std::fs::metadata("/dev/fuse")
+        .map(|m| m.permissions().mode() & 0o006 == 0o006)
+        .unwrap_or(false);
+    let out = as_nobody(&mount);
+    if open_to_others {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "mount as nobody: {stderr}");
+        std::fs::write(s.p("b/f"), b"seen").unwrap();
+        // (Only its owner may enter the mount: no allow_other.)
+        let f = s.p("m/f");
+        let seen = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["timeout", "-k", "5", "20", "cat"])
+            .arg(&f)
+            .output()
+            .expect("run setpriv");
+        let _ = as_nobody(&[OsStr::new("unmount"), m.as_os_str()]);
+        let _ = Command::new("fusermount3").arg("-uz").arg(&m).status();
+        assert_eq!(
+            seen.stdout,
+            b"seen",
+            "{}",
+            String::from_utf8_lossy(&seen.stderr)
+        );
+    } else {
+        let line = one_line_error(&out, "/dev/fuse");
+        assert!(line.contains("may not use FUSE"), "{line}");
+    }
+    nothing_mounted(&s.p("m"));
+}

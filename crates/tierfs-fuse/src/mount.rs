@@ -167,6 +167,7 @@ pub fn mount<S: Store>(
         let fd = mount_as_root(mountpoint, cfg)?;
         Session::from_fd(adapter, fd, config.acl, config)?
     } else {
+        dev_fuse_open_to_us()?;
         // fusermount3 mounts for unprivileged users (and sets the fuse.tierfs type itself).
         Session::new(adapter, mountpoint, &config)?
     };
@@ -185,6 +186,37 @@ pub fn mount<S: Store>(
         own_mount,
         ttls,
     })
+}
+
+/// fuser opens /dev/fuse itself before it hands the mount to fusermount3, and where the
+/// device is not open to this user (mode 0600 on some systems, 0660 with a `fuse` group on
+/// others; Debian makes it 0666) its error is a bare "Permission denied" on the mountpoint.
+fn dev_fuse_open_to_us() -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    else {
+        return Ok(());
+    };
+    let how = match std::fs::metadata("/dev/fuse") {
+        Ok(m) => format!(
+            "it is mode {:04o}, owner uid {}, group gid {}",
+            m.mode() & 0o7777,
+            m.uid(),
+            m.gid()
+        ),
+        Err(_) => "it is missing (modprobe fuse)".into(),
+    };
+    Err(io::Error::new(
+        e.kind(),
+        format!(
+            "/dev/fuse: {e}: this user may not use FUSE ({how}); mount as root, or have \
+             the administrator make /dev/fuse mode 0666 (Debian's default) or add this user \
+             to its group"
+        ),
+    ))
 }
 
 /// As root, mount(2) directly with type `fuse.tierfs`, so the mount shows as such in
