@@ -486,18 +486,16 @@ impl<S: Store> InodeTable<S> {
             let prev = i.lookups.fetch_sub(n.min(i.lookups.load(Relaxed)), Relaxed);
             prev <= n
         })?;
-        {
-            let id = gone.id();
-            self.assigned.remove_if(&id, |_, v| *v == ino);
-            // (Not a pinned node: its name went away, and no inode to come will be it.)
-            if !gone.pinned.load(Relaxed) && gone.origin.lock().is_some() {
-                if let Some(node) = gone.node() {
-                    let max = match gone.kind {
-                        FileKind::Dir => self.max_dir_nodes,
-                        _ => self.max_file_nodes,
-                    };
-                    self.spare.lock().put(id, node, max);
-                }
+        let id = gone.id();
+        self.assigned.remove_if(&id, |_, v| *v == ino);
+        // (Not a pinned node: its name went away, and no inode to come will be it.)
+        if !gone.pinned.load(Relaxed) && gone.origin.lock().is_some() {
+            if let Some(node) = gone.node() {
+                let max = match gone.kind {
+                    FileKind::Dir => self.max_dir_nodes,
+                    _ => self.max_file_nodes,
+                };
+                self.spare.lock().put(id, node, max);
             }
         }
         Some(gone)
