@@ -75,6 +75,13 @@ pub fn describe(e: &object_store::Error) -> String {
                 why.lines().next().unwrap_or_default()
             )
         }
+        // An HTTP error with no S3 error in its body: whatever answered is not an S3 server
+        // (a web server, a proxy, the wrong port of a cluster), or not for this path.
+        None if status_without_code(&text).is_some() => format!(
+            "the server answered HTTP {} with no S3 error in its body: is the endpoint an S3 \
+             server (and the bucket's name right)?",
+            status_without_code(&text).unwrap_or_default()
+        ),
         None => text
             .lines()
             .next()
@@ -82,5 +89,46 @@ pub fn describe(e: &object_store::Error) -> String {
             .chars()
             .take(300)
             .collect(),
+    }
+}
+
+/// The HTTP status object_store reports for an answer that was not 2xx ("404 Not Found").
+fn status_without_code(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once("non-2xx status code: ")?;
+    let status = rest.split(':').next()?.trim();
+    (!status.is_empty()).then_some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(msg: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: msg.to_string().into(),
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_s3_says_so() {
+        // As object_store words a listing a web server answered with its 404 page.
+        let e = generic(
+            "Error performing list request: Error performing GET http://h:9000/b?list-type=2 \
+             in 1.2ms - Server returned non-2xx status code: 404 Not Found: <html>nope</html>",
+        );
+        let d = describe(&e);
+        assert!(d.contains("HTTP 404 Not Found"), "{d}");
+        assert!(d.contains("is the endpoint an S3 server"), "{d}");
+        assert!(!d.contains('\n') && !d.contains("<html>"), "{d}");
+    }
+
+    #[test]
+    fn an_s3_error_code_is_named() {
+        let e = generic(
+            "Server returned non-2xx status code: 404 Not Found: \
+             <Error><Code>NoSuchBucket</Code></Error>",
+        );
+        assert_eq!(describe(&e), "no such bucket");
     }
 }
