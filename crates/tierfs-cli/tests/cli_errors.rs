@@ -621,16 +621,18 @@ fn a_user_who_may_not_use_dev_fuse_is_told_so() {
     let bin = s.p("tierfs");
     std::fs::copy(tierfs_bin(), &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let as_nobody = |args: &[&OsStr]| {
+    // `prog args` as uid 65534, within a timeout.
+    let nobody = |prog: &OsStr, args: &[&OsStr]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .args(["timeout", "-k", "5", "20"])
-            .arg(&bin)
+            .arg(prog)
             .args(args)
             .env("HOME", s.dir.path())
             .output()
             .expect("run setpriv")
     };
+    let as_nobody = |args: &[&OsStr]| nobody(bin.as_os_str(), args);
     let (b, m, c) = (s.p("b"), s.p("m"), s.p("c"));
     let mount: Vec<&OsStr> = vec![
         OsStr::new("mount"),
@@ -649,12 +651,7 @@ fn a_user_who_may_not_use_dev_fuse_is_told_so() {
         std::fs::write(s.p("b/f"), b"seen").unwrap();
         // (Only its owner may enter the mount: no allow_other.)
         let f = s.p("m/f");
-        let seen = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .args(["timeout", "-k", "5", "20", "cat"])
-            .arg(&f)
-            .output()
-            .expect("run setpriv");
+        let seen = nobody(OsStr::new("cat"), &[f.as_os_str()]);
         let _ = as_nobody(&[OsStr::new("unmount"), m.as_os_str()]);
         let _ = Command::new("fusermount3").arg("-uz").arg(&m).status();
         assert_eq!(

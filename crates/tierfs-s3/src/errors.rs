@@ -77,18 +77,19 @@ pub fn describe(e: &object_store::Error) -> String {
         }
         // An HTTP error with no S3 error in its body: whatever answered is not an S3 server
         // (a web server, a proxy, the wrong port of a cluster), or not for this path.
-        None if status_without_code(&text).is_some() => format!(
-            "the server answered HTTP {} with no S3 error in its body: is the endpoint an S3 \
-             server (and the bucket's name right)?",
-            status_without_code(&text).unwrap_or_default()
-        ),
-        None => text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .take(300)
-            .collect(),
+        None => match status_without_code(&text) {
+            Some(status) => format!(
+                "the server answered HTTP {status} with no S3 error in its body: is the \
+                 endpoint an S3 server (and the bucket's name right)?"
+            ),
+            None => text
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect(),
+        },
     }
 }
 
