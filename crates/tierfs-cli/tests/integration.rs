@@ -2307,6 +2307,75 @@ fn eager_ns_mount(prepare: impl FnOnce(&Path)) -> FaultMount {
     FaultMount::with_writeback(cfg, Some(wb), prepare)
 }
 
+/// A flusher whose setattr of a file's mtime hangs in the store (a frozen sshfs or NFS
+/// server: setattr has no deadline) holds up no writer of the file, whose writes the journal
+/// takes; once the store answers, every byte reaches it. (A reader of the file's cached data
+/// still asks the store for the fingerprint the flush left provisional, with no deadline
+/// either: docs/writeback/data-path.md.)
+#[test]
+fn a_flush_hung_in_the_store_holds_up_no_writer_of_its_file() {
+    use tierfs_store::OpClass::{Meta, Write};
+    const SLOW: Duration = Duration::from_secs(4);
+    let m = eager_ns_mount(|b| std::fs::write(b.join("f"), vec![1u8; 64 << 10]).unwrap());
+    let (mnt, backing, faults) = (m.mnt.clone(), m.backing.clone(), m.faults.clone());
+    let _unmounted_last = with_timeout(LIMIT, vec![mnt.clone()], move || {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt.join("f"))
+            .unwrap();
+        // A first write takes space credit for the next ones (a statfs) and is flushed.
+        f.write_all_at(&[2u8; 4096], 0).unwrap();
+        let settled = |what: &str| {
+            let t = Instant::now();
+            while m.stats()["writeback"]["dirty_bytes"].as_u64() != Some(0) {
+                assert!(t.elapsed() < Duration::from_secs(20), "{what}: not flushed");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        settled("the first write");
+        // Every metadata call of the store now takes SLOW: the next flush opens the file
+        // (SLOW), its write lands, then its setattr of the mtime waits in the store.
+        let written = faults.calls(Write);
+        faults.set_class_latency(Meta, SLOW);
+        f.write_all_at(&[3u8; 4096], 4096).unwrap();
+        let t = Instant::now();
+        while faults.calls(Write) == written || faults.in_flight(Meta) == 0 {
+            assert!(
+                t.elapsed() < 3 * SLOW,
+                "the flush never reached its setattr"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Meanwhile the next writes are answered at once (by the journal), the first of
+        // them older than the space credit's renewal period (`reserve::RESTAT`).
+        std::thread::sleep(Duration::from_millis(1100));
+        let t = Instant::now();
+        for k in 2..6u64 {
+            f.write_all_at(&[4u8; 4096], k * 4096).unwrap();
+        }
+        let took = t.elapsed();
+        assert!(
+            faults.in_flight(Meta) > 0,
+            "the setattr was over before the writes: nothing shown"
+        );
+        assert!(
+            took < Duration::from_millis(500),
+            "writes waited {took:?} for a flush hung in the store"
+        );
+        faults.set_class_latency(Meta, Duration::ZERO);
+        settled("the writes made while the store hung");
+        let b = std::fs::read(backing.join("f")).unwrap();
+        assert!(
+            b[..4096].iter().all(|&x| x == 2)
+                && b[4096..8192].iter().all(|&x| x == 3)
+                && b[8192..6 * 4096].iter().all(|&x| x == 4)
+                && b[6 * 4096..].iter().all(|&x| x == 1),
+            "the store has other bytes than were written"
+        );
+        m
+    });
+}
+
 /// Issue 15: a file write-back made, renamed in its directory to a free name after the
 /// namespace flusher took its create (what `git` does with `index.lock` once a checkout's
 /// creates are queued behind it): the rename is queued for the store (`ns_move`) and waits for

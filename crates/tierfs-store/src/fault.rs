@@ -110,6 +110,11 @@ impl FaultConfig {
         self.most_waiting[class as usize].load(Ordering::Relaxed)
     }
 
+    /// Calls of `class` in their added latency now.
+    pub fn in_flight(&self, class: OpClass) -> u64 {
+        self.waiting[class as usize].load(Ordering::Relaxed)
+    }
+
     /// Forgets [`FaultConfig::most_in_flight`] so far.
     pub fn reset_most_in_flight(&self) {
         for m in &self.most_waiting {

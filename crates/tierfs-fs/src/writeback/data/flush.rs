@@ -35,6 +35,8 @@ impl<S: Store> Writeback<S> {
             if wb.retire_flusher() {
                 return;
             }
+            // The space credit's periodic renewal, here so no writer waits for it.
+            wb.reserve.refresh(|| wb.backing_free());
             match wb.pick_dirty() {
                 Some(i) => {
                     let r = wb.flush_group(&i, wb.cfg.group);
@@ -266,32 +268,37 @@ impl<S: Store> Writeback<S> {
                 })),
                 ..Default::default()
             };
-            let _w = st.rw.write();
-            let _own = st.own_change();
-            if let Ok(a) = self.sh.store.setattr(&node, Some(&h), &set) {
-                self.ns.meta.put_attr(&a, Instant::now());
-                // The ctime shown while the data was dirty stays: its last write's, or
-                // that of the utimensat that set an mtime of the application's (`cp -p`).
-                let mut shown = a;
-                shown.ctime = match set_at {
-                    Some(ns) => TimeSpec {
-                        sec: ns.div_euclid(1_000_000_000),
-                        nsec: ns.rem_euclid(1_000_000_000) as u32,
-                    },
-                    None => a.mtime,
-                };
-                self.kept_times.keep(st.id(), a.ctime, &shown, false);
-                // Times only, set by us: the cached blocks stay.
-                self.settle_flushed(&st, &a);
-            }
+            settle_after(
+                &st,
+                || self.sh.store.setattr(&node, Some(&h), &set),
+                |a| {
+                    self.ns.meta.put_attr(a, Instant::now());
+                    // The ctime shown while the data was dirty stays: its last write's, or
+                    // that of the utimensat that set an mtime of the application's (`cp -p`).
+                    let mut shown = *a;
+                    shown.ctime = match set_at {
+                        Some(ns) => TimeSpec {
+                            sec: ns.div_euclid(1_000_000_000),
+                            nsec: ns.rem_euclid(1_000_000_000) as u32,
+                        },
+                        None => a.mtime,
+                    };
+                    self.kept_times.keep(st.id(), a.ctime, &shown, false);
+                    // Times only, set by us: the cached blocks stay.
+                    self.settle_flushed(&st, a);
+                },
+            );
         }
         if st.unverified() {
             // The runs' provisional fingerprint, settled (no mtime to set, or it failed).
-            let _w = st.rw.write();
-            if let Ok(a) = self.sh.fstat_as(&st, &h) {
-                self.ns.meta.put_attr(&a, Instant::now());
-                self.settle_flushed(&st, &a);
-            }
+            settle_after(
+                &st,
+                || self.sh.fstat_as(&st, &h),
+                |a| {
+                    self.ns.meta.put_attr(a, Instant::now());
+                    self.settle_flushed(&st, a);
+                },
+            );
         }
         let mut conflict = None;
         // A store that publishes at sync makes a new version of the object there.
@@ -558,4 +565,30 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn settle_file(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         self.flush_file_now(i)
     }
+}
+
+/// A store call of the flusher that returns `st`'s attributes (setting its times, or asking
+/// for them), made as a change of our own but without the file's lock, then `settle` with its
+/// answer under the lock. Not under the lock: a store that hangs in the call (a frozen NFS or
+/// FUSE server; setattr and fstat have no deadline) would hold up every reader of the file,
+/// cached data and all, and every writer, whose writes the journal would otherwise absorb.
+/// Write-back's own writes do not touch the store, so the answer still describes what the
+/// flusher left; if another change of ours to the backing file (a write-through, a truncate)
+/// began or ended meanwhile, the answer may predate it and is dropped: the next check of the
+/// file asks the store.
+fn settle_after(
+    st: &crate::file_state::FileState,
+    call: impl FnOnce() -> Result<tierfs_store::Attr>,
+    settle: impl FnOnce(&tierfs_store::Attr),
+) {
+    let own = st.own_change();
+    let began = crate::file_state::own_changes();
+    let answer = call();
+    let _w = st.rw.write();
+    if let Ok(a) = answer {
+        if !st.changed_by_us_since(began) {
+            settle(&a);
+        }
+    }
+    drop(own);
 }

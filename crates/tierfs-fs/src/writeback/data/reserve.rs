@@ -11,11 +11,17 @@
 
 use crate::stats::ReserveStats;
 use parking_lot::Mutex;
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{AcqRel, Release},
+};
 use std::time::{Duration, Instant};
 use tierfs_store::{Errno, Result};
 
 /// How often the pool re-reads free space even while it has credit: other writers of the
-/// backing store consume it too.
+/// backing store consume it too. The re-read is a flusher's ([`Reservations::refresh`]): a
+/// write with credit at hand never waits for the store's statfs (a store that hangs would
+/// hold it, though the journal can take it).
 const RESTAT: Duration = Duration::from_secs(1);
 
 struct Inner {
@@ -28,11 +34,39 @@ struct Inner {
     statted: Option<Instant>,
 }
 
+/// Bytes a write of `len` at `offset` may allocate: every store block it touches, whole.
+fn blocks(offset: u64, len: u64, block: u64) -> u64 {
+    ((offset + len).div_ceil(block) - offset / block) * block
+}
+
+impl Inner {
+    /// The credit from the store's answer: what it can still take beyond what we promised,
+    /// up to a chunk (at least `need`).
+    fn refill(&mut self, free: u64, block: u64, margin: u64, chunk: u64, need: u64) {
+        self.block = block.clamp(512, 1 << 20);
+        let avail = free.saturating_sub(self.reserved).saturating_sub(margin);
+        self.credit = avail.min(chunk.max(need));
+        self.statted = Some(Instant::now());
+    }
+
+    fn blocks(&self, offset: u64, len: u64) -> u64 {
+        blocks(offset, len, self.block)
+    }
+
+    fn take(&mut self, n: u64) -> u64 {
+        self.credit -= n;
+        self.reserved += n;
+        n
+    }
+}
+
 pub struct Reservations {
     inner: Mutex<Inner>,
     chunk: u64,
     /// Free space never handed out (in bytes): room for metadata, journals, other users.
     margin: u64,
+    /// A refresh is asking the store (one at a time).
+    refreshing: AtomicBool,
 }
 
 impl Reservations {
@@ -46,12 +80,15 @@ impl Reservations {
             }),
             chunk,
             margin,
+            refreshing: AtomicBool::new(false),
         }
     }
 
     /// Takes the space a write of `len` bytes at `offset` may allocate: every store block it
-    /// touches, whole (a store allocates blocks, not bytes). Refills from `free()` (the
-    /// store's free bytes and block size now) when the credit is short or old. Returns the
+    /// touches, whole (a store allocates blocks, not bytes). From the credit at hand, however
+    /// old (a flusher renews it, [`Reservations::refresh`]); when that is short, refills from
+    /// `free()` (the store's free bytes and block size now), asked with no lock held, so that
+    /// flushers giving back what they flushed never wait for the store's answer. Returns the
     /// bytes taken (give them back with [`Reservations::release`]); ENOSPC if the store
     /// cannot hold them.
     pub fn reserve(
@@ -63,52 +100,51 @@ impl Reservations {
         if len == 0 {
             return Ok(0);
         }
-        let mut i = self.inner.lock();
-        let stale = i.statted.is_none_or(|t| t.elapsed() >= RESTAT);
-        let blocks = |b: u64| (offset + len).div_ceil(b) - offset / b;
-        let mut n = blocks(i.block) * i.block;
-        if i.credit < n || stale {
-            match free() {
-                Ok((free, block)) => {
-                    i.block = block.clamp(512, 1 << 20);
-                    n = blocks(i.block) * i.block;
-                    // What the store can still take beyond what we promised already.
-                    let avail = free.saturating_sub(i.reserved).saturating_sub(self.margin);
-                    i.credit = avail.min(self.chunk.max(n));
-                    i.statted = Some(Instant::now());
-                }
-                // The store is gone (see `health`): the credit it granted still holds, so
-                // write-back goes on absorbing writes until it is spent.
-                Err(Errno::ENOTCONN) if i.credit >= n => {}
-                Err(e) => return Err(e),
+        {
+            let mut i = self.inner.lock();
+            let n = i.blocks(offset, len);
+            if i.credit >= n {
+                return Ok(i.take(n));
             }
         }
-        if i.credit < n {
+        let (free, block) = free()?;
+        let mut i = self.inner.lock();
+        let need = blocks(offset, len, block.clamp(512, 1 << 20));
+        i.refill(free, block, self.margin, self.chunk, need);
+        if i.credit < need {
             return Err(Errno::ENOSPC);
         }
-        i.credit -= n;
-        i.reserved += n;
-        Ok(n)
+        Ok(i.take(need))
+    }
+
+    /// Renews the credit from `free()` if it is older than `RESTAT` (a flusher's periodic
+    /// work; one caller at a time, the others return at once). A store that does not answer
+    /// leaves the credit as it was: what it granted still holds, so write-back goes on
+    /// absorbing writes until it is spent.
+    pub fn refresh(&self, free: impl FnOnce() -> Result<(u64, u64)>) {
+        let due = {
+            let i = self.inner.lock();
+            i.statted.is_some_and(|t| t.elapsed() >= RESTAT)
+        };
+        if !due || self.refreshing.swap(true, AcqRel) {
+            return;
+        }
+        if let Ok((free, block)) = free() {
+            let mut i = self.inner.lock();
+            i.refill(free, block, self.margin, self.chunk, 0);
+        }
+        self.refreshing.store(false, Release);
     }
 
     /// [`Reservations::reserve`] from the credit at hand only: None when it would have to
-    /// ask the store for its free space first (credit short or older than `RESTAT`), so a
-    /// caller that must not block on the store can hand the write to a thread that may.
+    /// ask the store for its free space first (credit short), so a caller that must not block on the store can hand the write to a thread that may.
     pub fn try_reserve(&self, offset: u64, len: u64) -> Option<u64> {
         if len == 0 {
             return Some(0);
         }
         let mut i = self.inner.lock();
-        if i.statted.is_none_or(|t| t.elapsed() >= RESTAT) {
-            return None;
-        }
-        let n = ((offset + len).div_ceil(i.block) - offset / i.block) * i.block;
-        if i.credit < n {
-            return None;
-        }
-        i.credit -= n;
-        i.reserved += n;
-        Some(n)
+        let n = i.blocks(offset, len);
+        (i.credit >= n).then(|| i.take(n))
     }
 
     /// `n` reserved bytes were flushed (or dropped): the store holds them now (or never will).
@@ -255,5 +291,25 @@ mod tests {
         );
         r.release(0);
         assert_eq!(r.reserve(0, 1, || Ok((free - 90 * b, b))), Ok(b));
+    }
+
+    #[test]
+    fn old_credit_is_spent_without_asking_and_a_refresh_renews_it() {
+        let b = 512;
+        let r = Reservations::new(10 * b, 0);
+        assert_eq!(r.reserve(0, b, || Ok((100 * b, b))), Ok(b));
+        std::thread::sleep(RESTAT);
+        // Older than RESTAT: still spent as it is, the store not asked (it may hang).
+        let hung = || -> Result<(u64, u64)> { panic!("a write with credit asked the store") };
+        assert_eq!(r.reserve(b, b, hung), Ok(b));
+        assert_eq!(r.try_reserve(2 * b, b), Some(b));
+        // A store that does not answer leaves the credit as it was.
+        r.refresh(|| Err(Errno::ENOTCONN));
+        assert_eq!(r.stats().credit_bytes, 7 * b);
+        // Renewed: at most a chunk of what the store has beyond what is reserved.
+        r.refresh(|| Ok((5 * b, b)));
+        assert_eq!(r.stats().credit_bytes, 2 * b);
+        // Fresh again: nothing to renew.
+        r.refresh(|| panic!("a fresh credit renewed"));
     }
 }
