@@ -16,14 +16,6 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// `store.timeout` of the mount under test.
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// SIGCONT to the stopped store daemon when dropped, even after a panic.
-struct Stopped(i32);
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
-
 /// `prog args` in a child process, under `timeout -s KILL`: its stdout and how long it took.
 fn timed(prog: &str, args: &[&Path]) -> (std::process::Output, Duration) {
     let t = Instant::now();
@@ -58,8 +50,7 @@ fn cached_files_and_listings_are_served_while_the_store_hangs() {
         let (out, _) = timed("head", &[Path::new("-c4096"), &mnt.join("big")]);
         assert_eq!(out.stdout.len(), 4096);
         drop_caches();
-        let stopped = Stopped(store_pid);
-        assert_eq!(unsafe { libc::kill(store_pid, libc::SIGSTOP) }, 0);
+        let stopped = Stopped::stop(store_pid);
 
         let (out, took) = timed("cat", &[&mnt.join("d/g1")]);
         assert!(out.status.success(), "cat: {out:?}");
@@ -134,8 +125,7 @@ fn write_back_absorbs_writes_while_the_store_hangs_and_loses_none() {
         // (statfs), for the next ones: what write-back grants while the store does not answer
         // (`writeback.reserve_chunk`).
         std::fs::write(mnt.join("first"), b"before the store stopped").unwrap();
-        let stopped = Stopped(store_pid);
-        assert_eq!(unsafe { libc::kill(store_pid, libc::SIGSTOP) }, 0);
+        let stopped = Stopped::stop(store_pid);
         let of = std::path::PathBuf::from(format!("of={}", mnt.join("d/g1").display()));
         let (out, took) = timed(
             "dd",

@@ -23,8 +23,12 @@ pub fn tierfs_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tierfs")
 }
 
-/// Runs `body` on its own thread; if it does not finish within `limit`, every mount under
-/// `mounts` is aborted and the test fails.
+/// Runs `body` on its own thread; if it does not finish within `limit`, the daemons serving
+/// `mounts` are killed, the mounts aborted and detached, and the test fails.
+///
+/// Detaching alone frees nothing: a thread of the test waiting on a request its daemon has
+/// read waits uninterruptibly, and so the test binary could never exit (a CI run hung so, on
+/// a SIGSTOPped store). Killing the daemons ends every request: their connections close.
 pub fn with_timeout<T: Send + 'static>(
     limit: Duration,
     mounts: Vec<PathBuf>,
@@ -43,9 +47,15 @@ pub fn with_timeout<T: Send + 'static>(
         },
         Err(_) => {
             for m in &mounts {
+                if let Some(pid) = daemon_pid(m) {
+                    // SAFETY: a plain signal to the daemon this test mounted.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            for m in &mounts {
                 abort_mount(m);
             }
-            panic!("test timed out after {limit:?}; mounts aborted: {mounts:?}");
+            panic!("test timed out after {limit:?}; daemons killed, mounts aborted: {mounts:?}");
         }
     }
 }
@@ -59,6 +69,42 @@ pub fn abort_mount(mnt: &Path) {
         }
     }
     let _ = Command::new("fusermount3").arg("-uz").arg(mnt).status();
+}
+
+/// How long a daemon stays stopped at most (see [`Stopped`]).
+pub const STOP_LIMIT: Duration = Duration::from_secs(60);
+
+/// A daemon stopped with SIGSTOP, as a hung store is. SIGCONT when dropped (even after a
+/// panic), and in any case `STOP_LIMIT` after it stopped: a test thread caught in a request
+/// that needs the stopped daemon (uninterruptibly, once its own daemon has read it) could
+/// never drop this, and nothing else would ever let the daemon go on.
+pub struct Stopped {
+    pid: i32,
+    _watch: mpsc::Sender<()>,
+}
+
+impl Stopped {
+    pub fn stop(pid: i32) -> Stopped {
+        // SAFETY: a plain signal to a daemon this test mounted.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let (tx, rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            // Disconnected: dropped in time.
+            if rx.recv_timeout(STOP_LIMIT) == Err(mpsc::RecvTimeoutError::Timeout) {
+                eprintln!("daemon {pid} stopped for {STOP_LIMIT:?}: SIGCONT");
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+        });
+        Stopped { pid, _watch: tx }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
+    }
 }
 
 pub fn is_mounted(mnt: &Path) -> bool {
@@ -392,8 +438,11 @@ pub const WB_HELD: &[&str] = &[
     "meta.ttl=1h",
 ];
 
-/// The pid of the daemon serving `mnt`: the `tierfs mount ... MNT ...` process (its parent,
-/// same command line, exits as soon as the mount is up, before `BinMount::mount` returns).
+/// The pid of the daemon serving `mnt`: the `tierfs mount SOURCE MNT ...` process whose
+/// MOUNTPOINT argument is `mnt` (its parent, same command line, exits as soon as the mount is
+/// up, before `BinMount::mount` returns). Only the MOUNTPOINT position counts: a tierfs
+/// stacked on another mount names that mount as its SOURCE, and once pids wrap it may have
+/// the lower pid (SIGSTOPping it instead of the store hung a run).
 pub fn daemon_pid(mnt: &Path) -> Option<i32> {
     let want = mnt.as_os_str().as_bytes();
     for ent in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -407,11 +456,37 @@ pub fn daemon_pid(mnt: &Path) -> Option<i32> {
         let is_tierfs = args
             .first()
             .is_some_and(|a| Path::new(std::ffi::OsStr::from_bytes(a)).ends_with("tierfs"));
-        if is_tierfs && args.get(1) == Some(&&b"mount"[..]) && args.contains(&want) {
+        if is_tierfs
+            && args.get(1) == Some(&&b"mount"[..])
+            && mount_positionals(&args[2..]).get(1) == Some(&want)
+        {
             return Some(pid);
         }
     }
     None
+}
+
+/// SOURCE and MOUNTPOINT of `tierfs mount`'s arguments: what is neither a flag nor the value
+/// of one (the flags that take a value are `tierfs mount --help`'s).
+fn mount_positionals<'a>(args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    const WITH_VALUE: &[&[u8]] = &[
+        b"-o",
+        b"--cache-dir",
+        b"--config",
+        b"--metrics-addr",
+        b"--endpoint",
+        b"--region",
+    ];
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if WITH_VALUE.contains(a) {
+            it.next();
+        } else if !a.starts_with(b"-") && !a.is_empty() {
+            out.push(*a);
+        }
+    }
+    out
 }
 
 /// Waits until process `pid` has exited (gone, or a zombie); false on timeout.
