@@ -100,6 +100,52 @@ fn cached_files_and_listings_are_served_while_the_store_hangs() {
     m.unmount_and_wait();
 }
 
+/// A file kept open across the store's freeze, read again once its version is older than
+/// `meta.ttl`: its cached data is served within `store.timeout`, then at once, instead of the
+/// reader waiting in the frozen store. (Here the kernel's attribute check before the read,
+/// a getattr with a deadline, finds the store hung first; the read's own check of the
+/// version, an `fstat`, has the same deadline, for a read the kernel sends unchecked.)
+#[test]
+fn an_open_file_is_read_from_the_cache_after_meta_ttl_while_the_store_hangs() {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    let store = BinMount::new(&[]);
+    std::fs::write(store.backing.join("g"), vec![7u8; 200 << 10]).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut m = BinMount::unmounted_in(Path::new("/tmp"));
+    m.backing = store.mnt.clone();
+    m.mount(&[
+        &format!("store.timeout={}s", TIMEOUT.as_secs()),
+        "meta.ttl=1s",
+        "meta.ttl_min=1s",
+    ]);
+    let store_pid = store.daemon_pid().expect("store daemon");
+    let mnt = m.mnt.clone();
+    with_timeout(LIMIT, vec![m.mnt.clone(), store.mnt.clone()], move || {
+        let f = std::fs::File::open(mnt.join("g")).unwrap();
+        let mut buf = vec![0u8; 200 << 10];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        // The version read is older than meta.ttl by the next read.
+        std::thread::sleep(Duration::from_millis(1500));
+        let _stopped = Stopped::stop(store_pid);
+        for pass in ["first", "second"] {
+            // The kernel's pages dropped: the read reaches tierfs.
+            // SAFETY: an advice on a descriptor this test holds.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            let t = Instant::now();
+            buf.fill(0);
+            f.read_exact_at(&mut buf, 0).unwrap();
+            let took = t.elapsed();
+            assert!(buf.iter().all(|&b| b == 7), "{pass} read: wrong bytes");
+            assert!(
+                took < TIMEOUT + Duration::from_secs(2),
+                "{pass} read of cached data took {took:?} while the store hangs"
+            );
+            eprintln!("{pass} read while the store hangs: {took:?}");
+        }
+    });
+}
+
 /// Write-back while the store hangs: writes into a cached file, and a new file in a cached
 /// directory, are absorbed by the journal within the deadline (up to the store space and
 /// inodes counted before it stopped), read back from the mount, and

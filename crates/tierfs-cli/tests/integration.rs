@@ -2309,9 +2309,9 @@ fn eager_ns_mount(prepare: impl FnOnce(&Path)) -> FaultMount {
 
 /// A flusher whose setattr of a file's mtime hangs in the store (a frozen sshfs or NFS
 /// server: setattr has no deadline) holds up no writer of the file, whose writes the journal
-/// takes; once the store answers, every byte reaches it. (A reader of the file's cached data
-/// still asks the store for the fingerprint the flush left provisional, with no deadline
-/// either: docs/writeback/data-path.md.)
+/// takes; once the store answers, every byte reaches it. (A reader's check of the fingerprint
+/// the flush left provisional has a deadline on a store that can hang, which this local one
+/// cannot: `hung_store.rs`.)
 #[test]
 fn a_flush_hung_in_the_store_holds_up_no_writer_of_its_file() {
     use tierfs_store::OpClass::{Meta, Write};

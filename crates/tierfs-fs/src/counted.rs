@@ -124,6 +124,24 @@ impl<S: Store> CountedStore<S> {
         }
     }
 
+    /// `fstat` of the handle `owner` holds, within the deadline (see `deadline`): the call may
+    /// outlive the caller's wait, on a worker, so it takes the handle's owner along. For the
+    /// checks a cache can answer for while the store hangs (a reader's fingerprint check of
+    /// a file it has open); ENOTCONN once the store is taken for hung.
+    pub fn fstat_owned<O: Send + Sync + 'static>(
+        &self,
+        owner: Arc<O>,
+        handle: fn(&O) -> Option<&S::Handle>,
+    ) -> Result<Attr> {
+        if self.inner.fstat_is_local() {
+            let h = handle(&owner).ok_or(tierfs_store::Errno::EIO)?;
+            return self.inner.fstat(h);
+        }
+        self.bounded(&self.counters.getattr, move |s| {
+            s.fstat(handle(&owner).ok_or(tierfs_store::Errno::EIO)?)
+        })
+    }
+
     /// `call` on the inner store within the deadline (see `deadline`), counted in `c`. A
     /// store taken for hung is not asked (ENOTCONN at once: the caller serves what is
     /// cached, as for a store that is gone); a call past the deadline makes it so.

@@ -1,5 +1,6 @@
 //! A deadline on the store calls that a cache can answer for (a lookup, a getattr, a
-//! close-to-open check, a readlink, an xattr, statfs), on stores that can hang rather than
+//! close-to-open check, the check of an open file's version past `meta.ttl`, a readlink, an
+//! xattr, statfs), on stores that can hang rather than
 //! fail: a network filesystem or FUSE mount whose server stopped answering (SIGSTOP, a
 //! stalled link) leaves every call blocked in the kernel, unkillable, and a cached file's
 //! reader blocked behind its open's check. Such a call runs on a worker thread of its own;

@@ -347,6 +347,22 @@ impl FileState {
         self.observe_data(attr)
     }
 
+    /// [`FileState::settle_own_writes`] of attributes a reader fetched (the fetch began at
+    /// `fetched`) under the file's shared lock, which a change of ours does not always hold
+    /// for its whole length: a flusher sets the mtime it flushed without it
+    /// (`writeback/data/flush.rs: settle_after`). Not recorded if such a change was under way
+    /// or ended since, as in [`FileState::observe_data_fetched`] (the answer may show the file
+    /// half-way through it; the change's own settling records the version): None.
+    pub fn settle_fetched(&self, attr: &Attr, fetched: Instant) -> Option<Observed> {
+        {
+            let i = self.inner.lock();
+            if i.in_progress > 0 || fetched < i.own_done {
+                return None;
+            }
+        }
+        Some(self.settle_own_writes(attr))
+    }
+
     /// Drops every cached block of the file (truncate, fallocate, a write we cannot follow).
     pub fn invalidate(&self, attr: Option<&Attr>) {
         let mut i = self.inner.lock();

@@ -64,6 +64,13 @@ pub struct IdHandle<H> {
     id: Ident,
 }
 
+impl<H> IdHandle<H> {
+    /// The store's own handle (for a call made on the store below, `CountedStore`).
+    pub(crate) fn inner(&self) -> &H {
+        &self.inner
+    }
+}
+
 /// The store as the core sees it (see the module documentation).
 pub struct IdStore<S> {
     inner: S,

@@ -95,6 +95,13 @@ impl<S: Store> Shared<S> {
         }
     }
 
+    /// [`FileState::settle_fetched`], counted.
+    pub(crate) fn settle_fetched(&self, state: &FileState, attr: &Attr, fetched: Instant) {
+        if let Some(Observed::Changed) = state.settle_fetched(attr, fetched) {
+            FsStats::add(&self.stats.version_changes, 1);
+        }
+    }
+
     /// Attributes of an open file, under the identity its state has now (a handle keeps the
     /// one it was opened under, which a rename may have changed since).
     pub(crate) fn fstat_as(&self, st: &FileState, h: &Handle<S>) -> Result<Attr> {

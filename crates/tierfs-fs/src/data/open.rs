@@ -178,8 +178,9 @@ impl<S: Store> Objects<S> {
             // Our own writes left a provisional fingerprint: attributes fetched under the
             // lock settle it, so the open below compares real fingerprints.
             let _r = st.rw.read();
+            let asked = Instant::now();
             let a = self.sh.fstat_as(&st, &handle)?;
-            st.settle_own_writes(&a);
+            st.settle_fetched(&a, asked);
             a
         } else {
             self.sh.fstat_as(&st, &handle)?

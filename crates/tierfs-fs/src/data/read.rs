@@ -180,14 +180,19 @@ impl<S: Store> Objects<S> {
             FsStats::add(&self.sh.stats.version_mix_refusals, 1);
             return Err(Errno::ESTALE);
         }
-        // While the store is gone (see `health`) what is cached is served unchecked, even a
-        // fingerprint our own writes left provisional: the store cannot be asked.
+        // While the store is gone or hangs (see `health`) what is cached is served unchecked,
+        // even a fingerprint our own writes left provisional: the store cannot be asked. (The
+        // check has a deadline: a store that stops answering during it is found hung.)
+        let health = &self.sh.store.inner().health;
         if of
             .state
             .needs_check(|fp, at| self.ns.meta.version_expired(fp, at))
-            && !self.sh.store.inner().health.gone()
+            && !health.gone()
         {
-            self.refresh(&of)?;
+            match self.refresh(&of) {
+                Err(Errno::ENOTCONN) if health.hung() || health.gone() => {}
+                r => r?,
+            }
         }
         for _ in 0..MAX_STALE_RETRIES {
             let guard = of.state.rw.read();
@@ -271,12 +276,21 @@ impl<S: Store> Objects<S> {
 
     /// Asks the store for the file's fingerprint. Under the file's lock (shared), so the
     /// answer includes every write of ours that finished and settles a provisional one
-    /// (`FileState::settle_own_writes`). The caller must not hold the lock.
-    pub(crate) fn refresh(&self, of: &OpenFile<S>) -> Result<()> {
-        let h = self.handle(of)?;
+    /// (`FileState::settle_own_writes`). Within `store.timeout` on a store that can hang
+    /// (ENOTCONN past it): a reader of a file it has had open longer than `meta.ttl` must not
+    /// wait, unkillable, for a frozen server to answer about data the tiers hold. The caller
+    /// must not hold the lock.
+    pub(crate) fn refresh(&self, of: &Arc<OpenFile<S>>) -> Result<()> {
+        self.handle(of)?;
         let _r = of.state.rw.read();
-        let attr = self.sh.fstat_as(&of.state, h)?;
-        self.sh.settle_own_writes(&of.state, &attr);
+        let fetched = std::time::Instant::now();
+        let mut attr = self
+            .sh
+            .store
+            .inner()
+            .fstat_owned(of.clone(), |of| of.handle.get().map(|h| h.inner()))?;
+        (attr.dev, attr.ino) = of.state.id();
+        self.sh.settle_fetched(&of.state, &attr, fetched);
         Ok(())
     }
 
