@@ -97,6 +97,11 @@ pub struct FileState {
     /// An error of a flush that settled the file anyway (its data kept in the lost
     /// directory), for the application's next fsync or close.
     pub pending_error: Mutex<Option<tierfs_store::Errno>>,
+    /// Held across each setattr of the backing file's times that can race another: an
+    /// application's (utimensat, `cp -p`) and the flusher's mtime after a flush, which is sent
+    /// without `rw` (`settle.rs: settle_after`). The flusher reads the time it sends under it,
+    /// so the application's, noted first, is either sent by it or lands after it.
+    pub times: Mutex<()>,
     /// Which version's data the kernel and readers may hold (`meta.cto=off`).
     pub served: crate::served::Served,
     /// Handles the kernel holds open (OPEN or CREATE answered, RELEASE not yet; none are
@@ -128,6 +133,7 @@ impl FileState {
             created: AtomicBool::new(false),
             done_seq: AtomicU64::new(0),
             pending_error: Mutex::new(None),
+            times: Mutex::new(()),
             served: Default::default(),
             opens: AtomicU32::new(0),
             inner: Mutex::new(Inner {
@@ -350,7 +356,7 @@ impl FileState {
     /// [`FileState::settle_own_writes`] of attributes a reader fetched (the fetch began at
     /// `fetched`) under the file's shared lock, which a change of ours does not always hold
     /// for its whole length: a flusher sets the mtime it flushed without it
-    /// (`writeback/data/flush.rs: settle_after`). Not recorded if such a change was under way
+    /// (`writeback/data/settle.rs: settle_after`). Not recorded if such a change was under way
     /// or ended since, as in [`FileState::observe_data_fetched`] (the answer may show the file
     /// half-way through it; the change's own settling records the version): None.
     pub fn settle_fetched(&self, attr: &Attr, fetched: Instant) -> Option<Observed> {

@@ -483,6 +483,8 @@ impl<S: Store> Objects<S> {
         // by its time, see `FileState::own_change`).
         let attr = {
             let _own = st.own_change();
+            // Times: in order with the flusher's (see `FileState::times`).
+            let _t = (set.atime.is_some() || set.mtime.is_some()).then(|| st.times.lock());
             self.sh.store.setattr(&node, handle, set)
         };
         if let Ok(a) = &attr {

@@ -281,14 +281,18 @@ impl<S: Store> Objects<S> {
     /// wait, unkillable, for a frozen server to answer about data the tiers hold. The caller
     /// must not hold the lock.
     pub(crate) fn refresh(&self, of: &Arc<OpenFile<S>>) -> Result<()> {
-        self.handle(of)?;
         let _r = of.state.rw.read();
         let fetched = std::time::Instant::now();
-        let mut attr = self
-            .sh
-            .store
-            .inner()
-            .fstat_owned(of.clone(), |of| of.handle.get().map(|h| h.inner()))?;
+        let mut attr = if of.handle.get().is_some() {
+            self.sh
+                .store
+                .inner()
+                .fstat_owned(of.clone(), |of| of.handle.get().map(|h| h.inner()))?
+        } else {
+            // Opened from the caches, no backing handle yet: the node's attributes (with the
+            // same deadline), not an open of the backing file, which has none.
+            self.sh.store.getattr(&self.ns.node(&of.inode)?)?
+        };
         (attr.dev, attr.ino) = of.state.id();
         self.sh.settle_fetched(&of.state, &attr, fetched);
         Ok(())

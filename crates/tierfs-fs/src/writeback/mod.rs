@@ -31,6 +31,8 @@ mod replay;
 mod replay_lost;
 #[path = "data/reserve.rs"]
 mod reserve;
+#[path = "data/settle.rs"]
+mod settle;
 #[path = "data/sync.rs"]
 mod sync;
 #[path = "data/write.rs"]

@@ -257,26 +257,40 @@ impl<S: Store> Writeback<S> {
             }
         }
         // The application's mtime, not the flush's.
-        let (mtime, set_at) = st.dirty.lock().as_ref().map_or((None, None), |d| {
-            (Some(d.mtime_ns), d.mtime_set.then_some(d.set_at_ns))
-        });
-        if let Some(ns) = mtime.filter(|n| *n > 0) {
-            let set = SetAttr {
-                mtime: Some(TimeUpdate::Set(TimeSpec {
-                    sec: ns.div_euclid(1_000_000_000),
-                    nsec: ns.rem_euclid(1_000_000_000) as u32,
-                })),
-                ..Default::default()
-            };
-            settle_after(
+        let mtime_of = |st: &crate::file_state::FileState| {
+            st.dirty.lock().as_ref().map_or((None, None), |d| {
+                (Some(d.mtime_ns), d.mtime_set.then_some(d.set_at_ns))
+            })
+        };
+        if mtime_of(&st).0.is_some_and(|n| n > 0) {
+            let set_at = std::cell::Cell::new(None);
+            super::settle::settle_after(
                 &st,
-                || self.sh.store.setattr(&node, Some(&h), &set),
+                || {
+                    // Read under the lock an application's time change takes for its own
+                    // setattr: one made since is sent here, or lands after this one.
+                    let _t = st.times.lock();
+                    let (mtime, at) = mtime_of(&st);
+                    set_at.set(at);
+                    // (Gone meanwhile: nothing to set, nothing to settle.)
+                    let Some(ns) = mtime.filter(|n| *n > 0) else {
+                        return Err(Errno(libc::EAGAIN));
+                    };
+                    let set = SetAttr {
+                        mtime: Some(TimeUpdate::Set(TimeSpec {
+                            sec: ns.div_euclid(1_000_000_000),
+                            nsec: ns.rem_euclid(1_000_000_000) as u32,
+                        })),
+                        ..Default::default()
+                    };
+                    self.sh.store.setattr(&node, Some(&h), &set)
+                },
                 |a| {
                     self.ns.meta.put_attr(a, Instant::now());
                     // The ctime shown while the data was dirty stays: its last write's, or
                     // that of the utimensat that set an mtime of the application's (`cp -p`).
                     let mut shown = *a;
-                    shown.ctime = match set_at {
+                    shown.ctime = match set_at.get() {
                         Some(ns) => TimeSpec {
                             sec: ns.div_euclid(1_000_000_000),
                             nsec: ns.rem_euclid(1_000_000_000) as u32,
@@ -291,7 +305,7 @@ impl<S: Store> Writeback<S> {
         }
         if st.unverified() {
             // The runs' provisional fingerprint, settled (no mtime to set, or it failed).
-            settle_after(
+            super::settle::settle_after(
                 &st,
                 || self.sh.fstat_as(&st, &h),
                 |a| {
@@ -565,30 +579,4 @@ impl<S: Store> Writeback<S> {
     pub(crate) fn settle_file(&self, i: &Arc<Inode<St<S>>>) -> Result<()> {
         self.flush_file_now(i)
     }
-}
-
-/// A store call of the flusher that returns `st`'s attributes (setting its times, or asking
-/// for them), made as a change of our own but without the file's lock, then `settle` with its
-/// answer under the lock. Not under the lock: a store that hangs in the call (a frozen NFS or
-/// FUSE server; setattr and fstat have no deadline) would hold up every reader of the file,
-/// cached data and all, and every writer, whose writes the journal would otherwise absorb.
-/// Write-back's own writes do not touch the store, so the answer still describes what the
-/// flusher left; if another change of ours to the backing file (a write-through, a truncate)
-/// began or ended meanwhile, the answer may predate it and is dropped: the next check of the
-/// file asks the store.
-fn settle_after(
-    st: &crate::file_state::FileState,
-    call: impl FnOnce() -> Result<tierfs_store::Attr>,
-    settle: impl FnOnce(&tierfs_store::Attr),
-) {
-    let own = st.own_change();
-    let began = crate::file_state::own_changes();
-    let answer = call();
-    let _w = st.rw.write();
-    if let Ok(a) = answer {
-        if !st.changed_by_us_since(began) {
-            settle(&a);
-        }
-    }
-    drop(own);
 }

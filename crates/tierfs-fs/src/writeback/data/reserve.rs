@@ -31,6 +31,9 @@ struct Inner {
     credit: u64,
     /// Bytes handed to writes and not yet flushed (the store has not consumed them yet).
     reserved: u64,
+    /// Bytes given back so far (a running total): what was flushed while a statfs was asked
+    /// may be missing from its answer's free space, and is not granted twice.
+    released: u64,
     statted: Option<Instant>,
 }
 
@@ -42,9 +45,13 @@ fn blocks(offset: u64, len: u64, block: u64) -> u64 {
 impl Inner {
     /// The credit from the store's answer: what it can still take beyond what we promised,
     /// up to a chunk (at least `need`).
-    fn refill(&mut self, free: u64, block: u64, margin: u64, chunk: u64, need: u64) {
+    /// `released` is the running total when the statfs was asked.
+    fn refill(&mut self, free: u64, block: u64, margin: u64, chunk: u64, need: u64, released: u64) {
         self.block = block.clamp(512, 1 << 20);
-        let avail = free.saturating_sub(self.reserved).saturating_sub(margin);
+        let avail = free
+            .saturating_sub(self.reserved)
+            .saturating_sub(self.released - released)
+            .saturating_sub(margin);
         self.credit = avail.min(chunk.max(need));
         self.statted = Some(Instant::now());
     }
@@ -76,6 +83,7 @@ impl Reservations {
                 block: 4096,
                 credit: 0,
                 reserved: 0,
+                released: 0,
                 statted: None,
             }),
             chunk,
@@ -100,38 +108,42 @@ impl Reservations {
         if len == 0 {
             return Ok(0);
         }
-        {
+        let released = {
             let mut i = self.inner.lock();
             let n = i.blocks(offset, len);
             if i.credit >= n {
                 return Ok(i.take(n));
             }
-        }
+            i.released
+        };
         let (free, block) = free()?;
         let mut i = self.inner.lock();
         let need = blocks(offset, len, block.clamp(512, 1 << 20));
-        i.refill(free, block, self.margin, self.chunk, need);
+        i.refill(free, block, self.margin, self.chunk, need, released);
         if i.credit < need {
             return Err(Errno::ENOSPC);
         }
         Ok(i.take(need))
     }
 
-    /// Renews the credit from `free()` if it is older than `RESTAT` (a flusher's periodic
-    /// work; one caller at a time, the others return at once). A store that does not answer
+    /// Renews the credit from `free()` if it is older than `RESTAT` and writes hold space (a
+    /// flusher's periodic work; one caller at a time, the others return at once). A store that does not answer
     /// leaves the credit as it was: what it granted still holds, so write-back goes on
     /// absorbing writes until it is spent.
     pub fn refresh(&self, free: impl FnOnce() -> Result<(u64, u64)>) {
+        // Only while writes hold space: an idle mount does not ask the store every second.
         let due = {
             let i = self.inner.lock();
-            i.statted.is_some_and(|t| t.elapsed() >= RESTAT)
+            let stale = i.statted.is_some_and(|t| t.elapsed() >= RESTAT);
+            (i.reserved > 0 && stale).then_some(i.released)
         };
-        if !due || self.refreshing.swap(true, AcqRel) {
+        let Some(released) = due else { return };
+        if self.refreshing.swap(true, AcqRel) {
             return;
         }
         if let Ok((free, block)) = free() {
             let mut i = self.inner.lock();
-            i.refill(free, block, self.margin, self.chunk, 0);
+            i.refill(free, block, self.margin, self.chunk, 0, released);
         }
         self.refreshing.store(false, Release);
     }
@@ -151,6 +163,7 @@ impl Reservations {
     pub fn release(&self, n: u64) {
         let mut i = self.inner.lock();
         i.reserved = i.reserved.saturating_sub(n);
+        i.released += n;
     }
 
     pub fn stats(&self) -> ReserveStats {
@@ -311,5 +324,17 @@ mod tests {
         assert_eq!(r.stats().credit_bytes, 2 * b);
         // Fresh again: nothing to renew.
         r.refresh(|| panic!("a fresh credit renewed"));
+        // Given back while the store was asked (flushed: its free space may not show it
+        // yet): not granted again.
+        std::thread::sleep(RESTAT);
+        r.refresh(|| {
+            r.release(2 * b);
+            Ok((5 * b, b))
+        });
+        assert_eq!(r.stats().credit_bytes, 5 * b - b - 2 * b);
+        // Nothing held: an idle mount does not ask the store.
+        r.release(b);
+        std::thread::sleep(RESTAT);
+        r.refresh(|| panic!("an idle pool asked the store"));
     }
 }
