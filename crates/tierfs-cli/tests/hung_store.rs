@@ -27,6 +27,21 @@ fn timed(prog: &str, args: &[&Path]) -> (std::process::Output, Duration) {
     (out, t.elapsed())
 }
 
+/// tierfs over the tierfs mount `store` (a store that can hang: SIGSTOP its daemon) with
+/// `store.timeout` and `opts`, once the store's files are older than the racy window (a file
+/// changed within the last second is not cached); and the store daemon's pid.
+fn over_the_store(store: &BinMount, opts: &[&str]) -> (BinMount, i32) {
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut m = BinMount::unmounted_in(Path::new("/tmp"));
+    m.backing = store.mnt.clone();
+    let timeout = format!("store.timeout={}s", TIMEOUT.as_secs());
+    let all: Vec<&str> = std::iter::once(timeout.as_str())
+        .chain(opts.iter().copied())
+        .collect();
+    m.mount(&all);
+    (m, store.daemon_pid().expect("store daemon"))
+}
+
 #[test]
 fn cached_files_and_listings_are_served_while_the_store_hangs() {
     let store = BinMount::new(&[]);
@@ -35,12 +50,7 @@ fn cached_files_and_listings_are_served_while_the_store_hangs() {
     std::fs::write(store.backing.join("d/g2"), b"two\n").unwrap();
     let big = std::fs::File::create(store.backing.join("big")).unwrap();
     big.set_len(64 << 20).unwrap();
-    // Older than the racy window (a file changed within the last second is not cached).
-    std::thread::sleep(Duration::from_millis(1100));
-    let mut m = BinMount::unmounted_in(Path::new("/tmp"));
-    m.backing = store.mnt.clone();
-    m.mount(&[&format!("store.timeout={}s", TIMEOUT.as_secs())]);
-    let store_pid = store.daemon_pid().expect("store daemon");
+    let (m, store_pid) = over_the_store(&store, &[]);
     let (mnt, store_mnt) = (m.mnt.clone(), store.mnt.clone());
     with_timeout(LIMIT, vec![m.mnt.clone(), store.mnt.clone()], move || {
         // Cached: read once, listed once.
@@ -111,15 +121,7 @@ fn an_open_file_is_read_from_the_cache_after_meta_ttl_while_the_store_hangs() {
     use std::os::unix::io::AsRawFd;
     let store = BinMount::new(&[]);
     std::fs::write(store.backing.join("g"), vec![7u8; 200 << 10]).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
-    let mut m = BinMount::unmounted_in(Path::new("/tmp"));
-    m.backing = store.mnt.clone();
-    m.mount(&[
-        &format!("store.timeout={}s", TIMEOUT.as_secs()),
-        "meta.ttl=1s",
-        "meta.ttl_min=1s",
-    ]);
-    let store_pid = store.daemon_pid().expect("store daemon");
+    let (m, store_pid) = over_the_store(&store, &["meta.ttl=1s", "meta.ttl_min=1s"]);
     let mnt = m.mnt.clone();
     with_timeout(LIMIT, vec![m.mnt.clone(), store.mnt.clone()], move || {
         let f = std::fs::File::open(mnt.join("g")).unwrap();
@@ -155,14 +157,7 @@ fn write_back_absorbs_writes_while_the_store_hangs_and_loses_none() {
     let store = BinMount::new(&[]);
     std::fs::create_dir(store.backing.join("d")).unwrap();
     std::fs::write(store.backing.join("d/g1"), vec![7u8; 64 << 10]).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
-    let mut m = BinMount::unmounted_in(Path::new("/tmp"));
-    m.backing = store.mnt.clone();
-    m.mount(&[
-        &format!("store.timeout={}s", TIMEOUT.as_secs()),
-        "writeback.mode=back",
-    ]);
-    let store_pid = store.daemon_pid().expect("store daemon");
+    let (m, store_pid) = over_the_store(&store, &["writeback.mode=back"]);
     let mnt = m.mnt.clone();
     let stopped = with_timeout(LIMIT, vec![m.mnt.clone(), store.mnt.clone()], move || {
         assert_eq!(std::fs::read(mnt.join("d/g1")).unwrap().len(), 64 << 10);
