@@ -43,9 +43,9 @@ fn blocks(offset: u64, len: u64, block: u64) -> u64 {
 }
 
 impl Inner {
-    /// The credit from the store's answer: what it can still take beyond what we promised,
-    /// up to a chunk (at least `need`).
-    /// `released` is the running total when the statfs was asked.
+    /// The credit from the store's answer: what it can still take beyond what we promised
+    /// (less what was given back since the statfs was asked, `released` then), up to a chunk
+    /// (at least `need`).
     fn refill(&mut self, free: u64, block: u64, margin: u64, chunk: u64, need: u64, released: u64) {
         self.block = block.clamp(512, 1 << 20);
         let avail = free
@@ -54,10 +54,6 @@ impl Inner {
             .saturating_sub(margin);
         self.credit = avail.min(chunk.max(need));
         self.statted = Some(Instant::now());
-    }
-
-    fn blocks(&self, offset: u64, len: u64) -> u64 {
-        blocks(offset, len, self.block)
     }
 
     fn take(&mut self, n: u64) -> u64 {
@@ -110,7 +106,7 @@ impl Reservations {
         }
         let released = {
             let mut i = self.inner.lock();
-            let n = i.blocks(offset, len);
+            let n = blocks(offset, len, i.block);
             if i.credit >= n {
                 return Ok(i.take(n));
             }
@@ -127,9 +123,9 @@ impl Reservations {
     }
 
     /// Renews the credit from `free()` if it is older than `RESTAT` and writes hold space (a
-    /// flusher's periodic work; one caller at a time, the others return at once). A store that does not answer
-    /// leaves the credit as it was: what it granted still holds, so write-back goes on
-    /// absorbing writes until it is spent.
+    /// flusher's periodic work; one caller at a time, the others return at once). A store
+    /// that does not answer leaves the credit as it was: what it granted still holds, so
+    /// write-back goes on absorbing writes until it is spent.
     pub fn refresh(&self, free: impl FnOnce() -> Result<(u64, u64)>) {
         // Only while writes hold space: an idle mount does not ask the store every second.
         let due = {
@@ -149,13 +145,14 @@ impl Reservations {
     }
 
     /// [`Reservations::reserve`] from the credit at hand only: None when it would have to
-    /// ask the store for its free space first (credit short), so a caller that must not block on the store can hand the write to a thread that may.
+    /// ask the store for its free space first (credit short), so a caller that must not block
+    /// on the store can hand the write to a thread that may.
     pub fn try_reserve(&self, offset: u64, len: u64) -> Option<u64> {
         if len == 0 {
             return Some(0);
         }
         let mut i = self.inner.lock();
-        let n = i.blocks(offset, len);
+        let n = blocks(offset, len, i.block);
         (i.credit >= n).then(|| i.take(n))
     }
 
